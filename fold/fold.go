@@ -1,0 +1,71 @@
+// Package fold owns the reducers that turn a partition-ordered stream of
+// records into table rows; it knows neither Kafka nor bbolt.
+//
+// # Basics
+//
+// A Folder receives records in batches. Within one partition, records arrive
+// in offset order; batches from different partitions interleave in any order.
+// A Folder writes rows through a Table, which the caller backs with the new,
+// unpublished generation of the table, so nothing a Folder does is visible to
+// readers until the caller publishes.
+//
+// # Caveats
+//
+// Slices handed to Fold (Record.Key, Record.Value) are only valid for the
+// duration of the call; a Folder that keeps bytes must copy them. Slices
+// returned by Table.Get and KV.Get are only valid until the next write.
+package fold
+
+import "time"
+
+// Record is one Kafka record as a fold sees it: position, key and value.
+// A nil Key is a null key; a nil Value is a null value (a tombstone). An empty,
+// non-nil slice is a present but empty key or value.
+type Record struct {
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       []byte
+	Value     []byte
+}
+
+// KV is an ordered byte key-value namespace inside the generation being built.
+type KV interface {
+	// Get returns the value for key, or nil if the key is absent.
+	Get(key []byte) ([]byte, error)
+	Put(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// Table is the generation being built: its rows, plus private on-disk
+// indexes that a fold may use (for example the identity index of the count
+// fold). Indexes live inside the generation and are dropped with it; they are
+// never visible as rows.
+type Table interface {
+	KV
+	// Index returns the fold-private namespace called name, creating it.
+	Index(name string) (KV, error)
+}
+
+// Folder is one reducer instance for one rebuild. It is not safe for
+// concurrent use.
+type Folder interface {
+	// Name is the fold's name as the CLI spells it ("latest", "count").
+	Name() string
+	// Params describes the fold's parameters, for table metadata and export.
+	Params() map[string]string
+	// Fold applies a batch of records to t.
+	Fold(t Table, batch []Record) error
+	// Finish is called once, after every partition reached its end and
+	// before publication; an error refuses publication.
+	Finish(t Table) error
+	// Stats reports counters for table metadata ("records", "skipped", ...).
+	Stats() Stats
+}
+
+// Stats are a fold's counters, reported in `tables` and export.
+type Stats struct {
+	Records int64            // records handed to the fold
+	Skipped int64            // records ignored (for example a null key)
+	Extra   map[string]int64 // fold-specific counters, e.g. "logical_events"
+}
