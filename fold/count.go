@@ -1,0 +1,438 @@
+package fold
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// CountConfig configures a "count" fold. IdentityField and GroupField are
+// required; the zero value of every other field means "none".
+type CountConfig struct {
+	// Topic is used in error messages only.
+	Topic string
+	// IdentityField names the top-level field whose value identifies one
+	// logical event (e.g. "event_id"). Required.
+	IdentityField string
+	// GroupField names the top-level field whose value is the row the event
+	// counts toward (e.g. "booth"). Required; it may not be ignored.
+	GroupField string
+	// IgnoreFields are top-level envelope fields (e.g. "sent_at") left out
+	// when comparing the contents of records with the same identity. Risk:
+	// a field ignored here can differ between retries without being noticed.
+	IgnoreFields []string
+	// Catalog lists groups that always appear as rows, with 0 when no event
+	// counts toward them. Nil means no catalog: rows are only the groups seen.
+	// A non-nil catalog also limits the groups accepted (see
+	// AllowUnknownGroups); an empty, non-nil catalog accepts none.
+	Catalog []string
+	// AllowUnknownGroups accepts groups outside a non-nil Catalog; by
+	// default such a record is a *DataError.
+	AllowUnknownGroups bool
+}
+
+// Count is the identity-deduplicated "count" fold. Each record value is a
+// JSON object; records with the same identity (the value of
+// CountConfig.IdentityField) are one logical event, counted once toward its
+// group (the value of CountConfig.GroupField). The table's rows are
+// group -> decimal count, written by Finish.
+//
+// # Duplicates and conflicts
+//
+// Producers retry, so one event can appear several times, in the same or in
+// different partitions. Records with the same identity and the same content
+// are duplicates and count once. Content is the record value's canonical JSON
+// (object keys sorted, numbers by decimal value, strings by value) with
+// CountConfig.IgnoreFields removed at top level. Records with the same
+// identity and different contents are a conflict: Fold keeps going and
+// Finish returns a *ConflictError, which is the same whatever order the
+// partitions were read in.
+//
+// # Data errors
+//
+// Fold returns a *DataError, at once, for a record whose value is null, not
+// JSON, or not an object; that lacks the identity or the group field; whose
+// identity or group is not a string or a number (a number counts by its
+// canonical text, so 17 and 17.0 are the same identity), or is empty; or
+// whose group is outside a non-nil catalog unless AllowUnknownGroups.
+//
+// # Memory
+//
+// The identity index is on disk, in t.Index("identity"): identity ->
+// one 44-byte entry per distinct content (sha256 of the canonical content,
+// then the lowest position seen with that content: partition as 4 bytes and
+// offset as 8 bytes, big-endian). Only group counts, the smallest conflicting
+// identity and counters are in memory, so memory does not grow with the
+// number of identities.
+//
+// A Count is not safe for concurrent use.
+type Count struct {
+	cfg     CountConfig
+	ignore  []string
+	catalog map[string]bool // nil without a catalog
+	counts  map[string]int64
+
+	records, logical, duplicates, conflicts int64
+	minConflict                             []byte // smallest conflicting identity; nil if none
+
+	content []byte // reused canonical-content buffer
+	entries []byte // reused copy of an index value
+}
+
+// identityIndex is the name of Count's on-disk identity index.
+const identityIndex = "identity"
+
+const (
+	hashLen  = sha256.Size
+	entryLen = hashLen + 4 + 8
+)
+
+// NewCount returns a "count" fold for cfg. It returns an error when a
+// required field is missing, a catalog name is empty or repeated, or the
+// group field is among the ignored fields.
+func NewCount(cfg CountConfig) (*Count, error) {
+	if cfg.IdentityField == "" {
+		return nil, errors.New("count fold: the identity field is required")
+	}
+	if cfg.GroupField == "" {
+		return nil, errors.New("count fold: the group field is required")
+	}
+	ignore := slices.Clone(cfg.IgnoreFields)
+	slices.Sort(ignore)
+	ignore = slices.Compact(ignore)
+	if slices.Contains(ignore, cfg.GroupField) {
+		return nil, fmt.Errorf("count fold: the group field %q cannot be ignored", cfg.GroupField)
+	}
+	c := &Count{ignore: ignore, counts: make(map[string]int64)}
+	if cfg.Catalog != nil {
+		c.catalog = make(map[string]bool, len(cfg.Catalog))
+		for _, g := range cfg.Catalog {
+			if g == "" {
+				return nil, errors.New("count fold: the catalog has an empty group name")
+			}
+			if c.catalog[g] {
+				return nil, fmt.Errorf("count fold: the catalog names group %q twice", g)
+			}
+			c.catalog[g] = true
+		}
+	}
+	cfg.IgnoreFields = slices.Clone(cfg.IgnoreFields)
+	cfg.Catalog = slices.Clone(cfg.Catalog)
+	c.cfg = cfg
+	return c, nil
+}
+
+// ParseCatalog reads a catalog of group names: a JSON array of strings (in
+// its order), or a JSON object whose keys are the names (sorted; the values
+// are ignored). Names must be non-empty and, in an array, distinct. "[]" and
+// "{}" give an empty, non-nil catalog.
+func ParseCatalog(data []byte) ([]string, error) {
+	v, err := decodeJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("catalog is not JSON: %w", err)
+	}
+	var names []string
+	switch v := v.(type) {
+	case []any:
+		names = make([]string, 0, len(v))
+		seen := make(map[string]bool, len(v))
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("catalog entry %d is a JSON %s, not a string", i, jsonType(e))
+			}
+			if seen[s] {
+				return nil, fmt.Errorf("catalog names %q twice", s)
+			}
+			seen[s] = true
+			names = append(names, s)
+		}
+	case map[string]any:
+		names = make([]string, 0, len(v))
+		for k := range v {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+	default:
+		return nil, fmt.Errorf("catalog is a JSON %s; want an array of group names or an object whose keys are the names", jsonType(v))
+	}
+	for i, s := range names {
+		if s == "" {
+			return nil, fmt.Errorf("catalog entry %d is an empty name", i)
+		}
+	}
+	return names, nil
+}
+
+// Name returns "count".
+func (c *Count) Name() string { return "count" }
+
+// Params returns identity_field, group_field, ignore_fields (sorted, comma
+// joined), allow_unknown_groups ("true"/"false") and, when there is a
+// catalog, catalog_size.
+func (c *Count) Params() map[string]string {
+	p := map[string]string{
+		"identity_field":       c.cfg.IdentityField,
+		"group_field":          c.cfg.GroupField,
+		"ignore_fields":        strings.Join(c.ignore, ","),
+		"allow_unknown_groups": strconv.FormatBool(c.cfg.AllowUnknownGroups),
+	}
+	if c.catalog != nil {
+		p["catalog_size"] = strconv.Itoa(len(c.catalog))
+	}
+	return p
+}
+
+// Fold reads each record of batch, checks it, and records its identity in
+// the on-disk index. It returns a *DataError at the first record it cannot
+// fold, and a wrapped Table error if the index cannot be read or written;
+// conflicts are reported by Finish.
+func (c *Count) Fold(t Table, batch []Record) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	idx, err := t.Index(identityIndex)
+	if err != nil {
+		return fmt.Errorf("count fold: open the identity index: %w", err)
+	}
+	for i := range batch {
+		if err := c.fold(idx, &batch[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Count) fold(idx KV, r *Record) error {
+	c.records++
+	dataErr := func(reason string, err error) error {
+		return &DataError{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason, Err: err}
+	}
+	if r.Value == nil {
+		return dataErr("value is null", nil)
+	}
+	v, err := decodeJSON(r.Value)
+	if err != nil {
+		return dataErr("value is not JSON", err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return dataErr(fmt.Sprintf("value is a JSON %s, not an object", jsonType(v)), nil)
+	}
+	identity, err := fieldText(obj, c.cfg.IdentityField)
+	if err != nil {
+		return dataErr(err.Error(), nil)
+	}
+	group, err := fieldText(obj, c.cfg.GroupField)
+	if err != nil {
+		return dataErr(err.Error(), nil)
+	}
+	if c.catalog != nil && !c.catalog[group] && !c.cfg.AllowUnknownGroups {
+		return dataErr(fmt.Sprintf("group %q is not in the catalog (use --allow-unknown-groups to accept it)", group), nil)
+	}
+	c.content, err = appendObject(c.content[:0], obj, c.ignore)
+	if err != nil {
+		return dataErr("value has an unreadable number", err)
+	}
+	sum := sha256.Sum256(c.content)
+	pos := Position{r.Partition, r.Offset}
+	key := []byte(identity)
+
+	old, err := idx.Get(key)
+	if err != nil {
+		return fmt.Errorf("count fold: read identity %q from the index: %w", identity, err)
+	}
+	if old == nil {
+		// A new logical event.
+		c.entries = appendEntry(c.entries[:0], sum[:], pos)
+		if err := idx.Put(key, c.entries); err != nil {
+			return fmt.Errorf("count fold: write identity %q to the index: %w", identity, err)
+		}
+		c.logical++
+		c.counts[group]++
+		return nil
+	}
+	if len(old) == 0 || len(old)%entryLen != 0 {
+		return fmt.Errorf("count fold: identity index entry for %q has %d bytes, not a multiple of %d", identity, len(old), entryLen)
+	}
+	// old is only valid until the next write: work on a copy.
+	c.entries = append(c.entries[:0], old...)
+	for e := 0; e < len(c.entries); e += entryLen {
+		if !bytes.Equal(c.entries[e:e+hashLen], sum[:]) {
+			continue
+		}
+		// A physical duplicate; keep the lowest position of its content.
+		c.duplicates++
+		if pos.Compare(entryPos(c.entries[e:])) < 0 {
+			putEntryPos(c.entries[e:], pos)
+			if err := idx.Put(key, c.entries); err != nil {
+				return fmt.Errorf("count fold: write identity %q to the index: %w", identity, err)
+			}
+		}
+		return nil
+	}
+	// A content not seen before for this identity: a conflict.
+	if len(c.entries) == entryLen {
+		c.conflicts++
+		if c.minConflict == nil || bytes.Compare(key, c.minConflict) < 0 {
+			c.minConflict = key
+		}
+	}
+	c.entries = appendEntry(c.entries, sum[:], pos)
+	if err := idx.Put(key, c.entries); err != nil {
+		return fmt.Errorf("count fold: write identity %q to the index: %w", identity, err)
+	}
+	return nil
+}
+
+// Finish returns a *ConflictError if any identity had two contents, and
+// otherwise writes one row per group: every catalog group and every group
+// seen, in ascending order, with its count as a decimal string.
+func (c *Count) Finish(t Table) error {
+	if c.minConflict != nil {
+		return c.conflictError(t)
+	}
+	groups := make([]string, 0, len(c.counts)+len(c.catalog))
+	for g := range c.catalog {
+		groups = append(groups, g)
+	}
+	for g := range c.counts {
+		if !c.catalog[g] {
+			groups = append(groups, g)
+		}
+	}
+	slices.Sort(groups)
+	var buf []byte
+	for _, g := range groups {
+		buf = strconv.AppendInt(buf[:0], c.counts[g], 10)
+		if err := t.Put([]byte(g), buf); err != nil {
+			return fmt.Errorf("count fold: write the row for group %q: %w", g, err)
+		}
+	}
+	return nil
+}
+
+// conflictError builds the *ConflictError for the smallest conflicting
+// identity from its index entry: First is its lowest position overall, and
+// Second the lowest position among its other contents.
+func (c *Count) conflictError(t Table) error {
+	idx, err := t.Index(identityIndex)
+	if err != nil {
+		return fmt.Errorf("count fold: open the identity index: %w", err)
+	}
+	v, err := idx.Get(c.minConflict)
+	if err != nil {
+		return fmt.Errorf("count fold: read identity %q from the index: %w", c.minConflict, err)
+	}
+	if len(v) < 2*entryLen || len(v)%entryLen != 0 {
+		return fmt.Errorf("count fold: identity index entry for conflicting %q has %d bytes, want at least two %d-byte entries", c.minConflict, len(v), entryLen)
+	}
+	first := 0
+	for e := entryLen; e < len(v); e += entryLen {
+		if entryPos(v[e:]).Compare(entryPos(v[first:])) < 0 {
+			first = e
+		}
+	}
+	second := -1
+	for e := 0; e < len(v); e += entryLen {
+		if e != first && (second < 0 || entryPos(v[e:]).Compare(entryPos(v[second:])) < 0) {
+			second = e
+		}
+	}
+	return &ConflictError{
+		Topic:      c.cfg.Topic,
+		Field:      c.cfg.IdentityField,
+		Identity:   string(c.minConflict),
+		First:      entryPos(v[first:]),
+		Second:     entryPos(v[second:]),
+		Identities: c.conflicts,
+	}
+}
+
+// Stats reports Records, Skipped (always 0: every record counts or is an
+// error) and Extra "logical_events" (distinct identities),
+// "duplicates_folded" (records whose identity and content were already seen)
+// and "conflicts" (identities with more than one content). None of them
+// depend on the order partitions are read in.
+func (c *Count) Stats() Stats {
+	return Stats{
+		Records: c.records,
+		Extra: map[string]int64{
+			"logical_events":    c.logical,
+			"duplicates_folded": c.duplicates,
+			"conflicts":         c.conflicts,
+		},
+	}
+}
+
+var _ Folder = (*Count)(nil)
+
+func appendEntry(b, sum []byte, p Position) []byte {
+	b = append(b, sum...)
+	b = binary.BigEndian.AppendUint32(b, uint32(p.Partition))
+	return binary.BigEndian.AppendUint64(b, uint64(p.Offset))
+}
+
+func entryPos(e []byte) Position {
+	return Position{
+		Partition: int32(binary.BigEndian.Uint32(e[hashLen:])),
+		Offset:    int64(binary.BigEndian.Uint64(e[hashLen+4:])),
+	}
+}
+
+func putEntryPos(e []byte, p Position) {
+	binary.BigEndian.PutUint32(e[hashLen:], uint32(p.Partition))
+	binary.BigEndian.PutUint64(e[hashLen+4:], uint64(p.Offset))
+}
+
+// fieldText returns the text of top-level field name of obj: a string as is,
+// a number as its canonical text. Anything else, or an empty text, is an
+// error that reads as a DataError reason.
+func fieldText(obj map[string]any, name string) (string, error) {
+	v, ok := obj[name]
+	if !ok {
+		return "", fmt.Errorf("field %q is missing", name)
+	}
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case json.Number:
+		n, err := canonicalNumber(string(v))
+		if err != nil {
+			return "", fmt.Errorf("field %q: %v", name, err)
+		}
+		s = n
+	default:
+		return "", fmt.Errorf("field %q is a JSON %s, not a string or number", name, jsonType(v))
+	}
+	if s == "" {
+		return "", fmt.Errorf("field %q is empty", name)
+	}
+	return s, nil
+}
+
+// jsonType names the JSON type of a value as decodeJSON returns it.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("%T", v)
+}
