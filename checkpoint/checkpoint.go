@@ -1,0 +1,197 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// End marks: which end of each partition a rebuild read to.
+const (
+	// EndHigh: the high watermark captured at the start.
+	EndHigh = "high"
+	// EndStable: the last stable offset captured at the start.
+	EndStable = "stable"
+)
+
+// On-disk names inside a table's checkpoint bucket (see the package doc).
+var (
+	keyTopic         = []byte("topic")
+	keyEndMark       = []byte("end_mark")
+	bucketPartitions = []byte("partitions")
+)
+
+const valueLen = 32 // four big-endian int64s
+
+// ErrInvalid is returned by Save for a checkpoint that cannot be right
+// (an empty table name or topic, an unknown end mark, a duplicate or negative
+// partition, negative offsets, Start > End or End > High), and by Load for a
+// stored checkpoint that does not decode.
+var ErrInvalid = errors.New("invalid checkpoint")
+
+// Partition is one partition's bounds and position.
+type Partition struct {
+	Partition int32
+	// Low is the partition's retained low offset captured at the start.
+	Low int64
+	// Start is the first offset the rebuild read from.
+	Start int64
+	// High is the end mark captured at the start (high watermark or LSO,
+	// per Checkpoint.EndMark).
+	High int64
+	// End is the position reached; == High when the partition is complete.
+	End int64
+}
+
+// Checkpoint is one table's positions for the generation it was published
+// from.
+type Checkpoint struct {
+	Topic string
+	// EndMark is EndHigh or EndStable.
+	EndMark string
+	// Partitions, sorted by partition number (Load returns them sorted;
+	// Save accepts any order).
+	Partitions []Partition
+}
+
+// Save replaces table's checkpoint with cp in tx, which must be writable.
+// It does not commit: call it from store.Generation.Publish's hook.
+func Save(tx *bolt.Tx, table string, cp Checkpoint) error {
+	if err := validate(table, cp); err != nil {
+		return err
+	}
+	root, err := tx.CreateBucketIfNotExists(store.BucketCheckpoints)
+	if err != nil {
+		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	name := []byte(table)
+	if err := root.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+		return fmt.Errorf("save checkpoint of table %q: replace: %w", table, err)
+	}
+	tb, err := root.CreateBucket(name)
+	if err != nil {
+		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	if err := tb.Put(keyTopic, []byte(cp.Topic)); err != nil {
+		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	if err := tb.Put(keyEndMark, []byte(cp.EndMark)); err != nil {
+		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	pb, err := tb.CreateBucket(bucketPartitions)
+	if err != nil {
+		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	// One backing array for all keys and values: bbolt keeps value slices
+	// until the transaction ends, so they must not be reused.
+	buf := make([]byte, len(cp.Partitions)*(4+valueLen))
+	for i, p := range cp.Partitions {
+		rec := buf[i*(4+valueLen) : (i+1)*(4+valueLen)]
+		k, v := rec[:4:4], rec[4:]
+		binary.BigEndian.PutUint32(k, uint32(p.Partition))
+		binary.BigEndian.PutUint64(v[0:], uint64(p.Low))
+		binary.BigEndian.PutUint64(v[8:], uint64(p.Start))
+		binary.BigEndian.PutUint64(v[16:], uint64(p.High))
+		binary.BigEndian.PutUint64(v[24:], uint64(p.End))
+		if err := pb.Put(k, v); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: partition %d: %w", table, p.Partition, err)
+		}
+	}
+	return nil
+}
+
+func validate(table string, cp Checkpoint) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("save checkpoint of table %q: %s: %w", table, fmt.Sprintf(format, args...), ErrInvalid)
+	}
+	if table == "" {
+		return bad("empty table name")
+	}
+	if cp.Topic == "" {
+		return bad("empty topic")
+	}
+	if cp.EndMark != EndHigh && cp.EndMark != EndStable {
+		return bad("end mark %q is neither %q nor %q", cp.EndMark, EndHigh, EndStable)
+	}
+	seen := make(map[int32]bool, len(cp.Partitions))
+	for _, p := range cp.Partitions {
+		switch {
+		case p.Partition < 0:
+			return bad("negative partition %d", p.Partition)
+		case seen[p.Partition]:
+			return bad("partition %d listed twice", p.Partition)
+		case p.Low < 0 || p.Start < 0 || p.High < 0 || p.End < 0:
+			return bad("partition %d: negative offset (low %d, start %d, high %d, end %d)",
+				p.Partition, p.Low, p.Start, p.High, p.End)
+		case p.Start > p.End:
+			return bad("partition %d: start %d is past end %d", p.Partition, p.Start, p.End)
+		case p.End > p.High:
+			return bad("partition %d: end %d is past high %d", p.Partition, p.End, p.High)
+		}
+		seen[p.Partition] = true
+	}
+	return nil
+}
+
+// Load returns table's checkpoint as of tx; ok is false (and err nil) if the
+// table has none.
+func Load(tx *bolt.Tx, table string) (cp Checkpoint, ok bool, err error) {
+	root := tx.Bucket(store.BucketCheckpoints)
+	if root == nil {
+		return Checkpoint{}, false, nil
+	}
+	tb := root.Bucket([]byte(table))
+	if tb == nil {
+		return Checkpoint{}, false, nil
+	}
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("load checkpoint of table %q: %s: %w", table, fmt.Sprintf(format, args...), ErrInvalid)
+	}
+	cp.Topic = string(tb.Get(keyTopic))
+	cp.EndMark = string(tb.Get(keyEndMark))
+	pb := tb.Bucket(bucketPartitions)
+	if pb == nil {
+		return Checkpoint{}, false, corrupt("no partitions bucket")
+	}
+	err = pb.ForEach(func(k, v []byte) error {
+		if len(k) != 4 || len(v) != valueLen {
+			return corrupt("entry %x has %d-byte key and %d-byte value", k, len(k), len(v))
+		}
+		cp.Partitions = append(cp.Partitions, Partition{
+			Partition: int32(binary.BigEndian.Uint32(k)),
+			Low:       int64(binary.BigEndian.Uint64(v[0:])),
+			Start:     int64(binary.BigEndian.Uint64(v[8:])),
+			High:      int64(binary.BigEndian.Uint64(v[16:])),
+			End:       int64(binary.BigEndian.Uint64(v[24:])),
+		})
+		return nil
+	})
+	if err != nil {
+		return Checkpoint{}, false, err
+	}
+	// Keys are big-endian and Save rejects negative partitions, so bbolt's
+	// order is already numeric; sort anyway so a hand-edited file cannot
+	// break the promise.
+	slices.SortFunc(cp.Partitions, func(a, b Partition) int { return int(a.Partition) - int(b.Partition) })
+	return cp, true, nil
+}
+
+// Delete removes table's checkpoint in tx; a table without one is not an
+// error.
+func Delete(tx *bolt.Tx, table string) error {
+	root := tx.Bucket(store.BucketCheckpoints)
+	if root == nil {
+		return nil
+	}
+	err := root.DeleteBucket([]byte(table))
+	if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+		return fmt.Errorf("delete checkpoint of table %q: %w", table, err)
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+// Package checkpoint owns each table's per-partition replay positions and
+// bounds, kept in their own bucket and written in the same bbolt transaction
+// as the publish of the table they describe.
+//
+// # Basics
+//
+// A Checkpoint records, for the generation a table was last published from,
+// the topic, the end mark used ("high" or "stable"), and for every partition
+// the retained low and the high mark captured at the start, the first offset
+// read and the position reached. A later rebuild can start from it.
+//
+// Save, Load and Delete take a *bolt.Tx, never open their own: call Save from
+// the hook of store.Generation.Publish so that rows and positions commit
+// together, and Load inside store.DB.View for a view consistent with the
+// table.
+//
+// # Format
+//
+// Under store.BucketCheckpoints, each table has a nested bucket named after
+// the table, holding:
+//
+//	topic        -> the topic name (UTF-8)
+//	end_mark     -> "high" or "stable"
+//	partitions/  -> 4-byte big-endian partition number ->
+//	                32 bytes: Low, Start, High, End, each a big-endian int64
+//
+// Keys sort by partition number for the partitions that exist (>= 0).
+//
+// # Caveats
+//
+// Save replaces a table's checkpoint entirely: a partition absent from the
+// new checkpoint is gone. Nothing here talks to Kafka; whether a checkpoint
+// still fits the topic (partition count, retained low) is for the caller.
+package checkpoint

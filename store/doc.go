@@ -1,0 +1,46 @@
+// Package store owns the bbolt file that holds the materialized tables: their
+// generations, atomic publication, reads (get, ordered scan, prefix) and the
+// cleanup of generations a crashed rebuild left unpublished. It knows nothing
+// of Kafka.
+//
+// # Basics
+//
+// A table is a name that points at one published generation: a bucket of
+// rows (key -> value, ordered by key bytes) plus fold-private indexes. A
+// rebuild never touches the published generation. It calls Begin to create a
+// new one, fills it through Write (one bbolt transaction per batch), and
+// calls Publish, which in one transaction points the table at the new
+// generation, runs the caller's hook (the checkpoint is saved there, so rows
+// and positions commit together) and drops the old generation. Readers
+// (Get, Scan, Table, Tables) see either the old version or the new one,
+// never a mix.
+//
+//	g, err := db.Begin("balances")
+//	if err != nil { ... }
+//	defer g.Abort() // no-op once published
+//	for batch := range batches {
+//		if err := g.Write(func(t fold.Table) error { return f.Fold(t, batch) }); err != nil { ... }
+//	}
+//	err = g.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "balances", cp) })
+//
+// Every on-disk name and the format version are in schema.go.
+//
+// # Caveats
+//
+// bbolt allows one read-write open of a file at a time, across processes: a
+// read-write Open takes an exclusive lock, a read-only Open a shared one, and
+// each waits at most Options.LockTimeout before returning a *LockedError.
+// While a daemon holds the file, other processes must read through it.
+//
+// A crash or kill at any point leaves either the previous published state or
+// the new one. Unpublished generations survive a crash as orphan buckets; the
+// next read-write Open removes them (see DB.Cleaned). A read-only Open never
+// does.
+//
+// Rows must have non-empty keys of at most bolt.MaxKeySize bytes (bbolt cannot
+// store an empty key); Put returns ErrEmptyKey for an empty key.
+//
+// Slices passed to Scan's callback, and those returned by a Write's
+// fold.Table, are only valid during the callback or transaction. Get returns
+// a copy.
+package store

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Errors returned while opening a file.
+var (
+	// ErrLocked is returned (as *LockedError) by Open when another process
+	// holds the file's lock for longer than Options.LockTimeout.
+	ErrLocked = errors.New("database is locked by another process")
+	// ErrFormat is returned by Open when the file is not a bbolt file, is
+	// corrupt, or was written with a different FormatVersion.
+	ErrFormat = errors.New("unsupported database format")
+	// ErrReadOnly is returned by Begin when the DB was opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("database is open read-only")
+)
+
+// Errors returned while building or publishing a generation.
+var (
+	// ErrGenerationDone is returned by Write and Publish when the generation
+	// was already published or aborted.
+	ErrGenerationDone = errors.New("generation already published or aborted")
+	// ErrGenerationGone is returned by Write and Publish when the
+	// generation's bucket no longer exists in the file (it should not happen
+	// while the DB that began it stays open).
+	ErrGenerationGone = errors.New("generation bucket is missing")
+	// ErrEmptyKey is returned by Table.Put and KV.Put for an empty key: bbolt
+	// cannot store one. Folds must skip or reject such records themselves.
+	ErrEmptyKey = errors.New("empty key cannot be stored")
+	// ErrInvalidName is returned by Begin, Publish and Index for an empty
+	// table or index name, or a TableMeta.Name that differs from the table
+	// the generation was begun for.
+	ErrInvalidName = errors.New("invalid name")
+)
+
+// Errors returned by reads.
+var (
+	// ErrTableNotFound is returned (as *TableNotFoundError) by Table, Get and
+	// Scan when no table of that name has been published.
+	ErrTableNotFound = errors.New("table not found")
+	// ErrKeyNotFound is returned (as *KeyNotFoundError) by Get when the
+	// table has no row with that key.
+	ErrKeyNotFound = errors.New("key not found")
+	// ErrCorrupt is returned by reads and Publish when the file contradicts
+	// itself: a published table naming a generation that does not exist, or
+	// metadata that does not decode.
+	ErrCorrupt = errors.New("database is corrupt")
+)
+
+// LockedError is returned by Open when the file's lock could not be taken
+// within the lock timeout. errors.Is(err, ErrLocked) is true.
+type LockedError struct {
+	Path    string
+	Timeout time.Duration
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("the database is held by another process: %s (timed out after %s waiting for its lock; "+
+		"stop the daemon or the running rebuild, or read through the daemon)", e.Path, e.Timeout)
+}
+
+// Is reports ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// Unwrap returns bbolt's timeout error.
+func (e *LockedError) Unwrap() error { return bolterrors.ErrTimeout }
+
+// TableNotFoundError is returned when a table does not exist. Have lists the
+// tables that do, sorted. errors.Is(err, ErrTableNotFound) is true.
+type TableNotFoundError struct {
+	Path string
+	Name string
+	Have []string
+}
+
+func (e *TableNotFoundError) Error() string {
+	have := "no tables yet"
+	if len(e.Have) > 0 {
+		have = "tables: " + strings.Join(e.Have, ", ")
+	}
+	return fmt.Sprintf("table %q not found in %s (%s)", e.Name, e.Path, have)
+}
+
+// Is reports ErrTableNotFound.
+func (e *TableNotFoundError) Is(target error) bool { return target == ErrTableNotFound }
+
+// KeyNotFoundError is returned by Get when a table has no row for Key.
+// errors.Is(err, ErrKeyNotFound) is true.
+type KeyNotFoundError struct {
+	Table string
+	Key   []byte
+}
+
+func (e *KeyNotFoundError) Error() string {
+	return fmt.Sprintf("key %q not found in table %q", e.Key, e.Table)
+}
+
+// Is reports ErrKeyNotFound.
+func (e *KeyNotFoundError) Is(target error) bool { return target == ErrKeyNotFound }

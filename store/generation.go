@@ -1,0 +1,374 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+)
+
+// Generation is a new, unpublished version of one table. Nothing written to
+// it is visible to readers until Publish commits; if Publish never commits
+// (Abort, an error, a crash, a kill), the previous version stays in place and
+// the generation's bucket is removed by Abort or by the next read-write Open.
+//
+// A Generation is not safe for concurrent use: call Write, Publish and Abort
+// from one goroutine. Generations of different tables may be built at the
+// same time; their write transactions take turns.
+type Generation struct {
+	db    *DB
+	table string
+	id    uint64
+	key   []byte
+	done  bool // published or aborted
+	arena arena
+}
+
+// Begin creates a new, empty generation of table in its own committed
+// transaction. Generation numbers increase monotonically within a file and
+// are never reused.
+func (db *DB) Begin(table string) (*Generation, error) {
+	if db.readOnly {
+		return nil, fmt.Errorf("begin a generation of table %q in %s: %w", table, db.path, ErrReadOnly)
+	}
+	if table == "" || len(table) > bolt.MaxKeySize {
+		return nil, fmt.Errorf("begin a generation: table name %q: %w", table, ErrInvalidName)
+	}
+	g := &Generation{db: db, table: table}
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(BucketMeta)
+		gens := tx.Bucket(BucketGenerations)
+		if meta == nil || gens == nil {
+			return fmt.Errorf("%w: top-level buckets missing", ErrCorrupt)
+		}
+		var seq uint64
+		if v := meta.Get(KeyGenerationSeq); v != nil {
+			var ok bool
+			if seq, ok = decodeUint64(v); !ok {
+				return fmt.Errorf("%w: generation counter is %x", ErrCorrupt, v)
+			}
+		}
+		seq++
+		g.id = seq
+		g.key = GenerationKey(seq)
+		if err := meta.Put(KeyGenerationSeq, g.key); err != nil {
+			return err
+		}
+		gb, err := gens.CreateBucket(g.key)
+		if err != nil {
+			return err
+		}
+		if err := gb.Put(KeyGenerationTable, []byte(table)); err != nil {
+			return err
+		}
+		if _, err := gb.CreateBucket(BucketRows); err != nil {
+			return err
+		}
+		_, err = gb.CreateBucket(BucketIndex)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin a generation of table %q in %s: %w", table, db.path, err)
+	}
+	// A crash from here on leaves an empty unpublished generation, removed by
+	// the next read-write Open.
+	return g, nil
+}
+
+// ID returns the generation number.
+func (g *Generation) ID() uint64 { return g.id }
+
+// Table returns the name of the table the generation was begun for.
+func (g *Generation) Table() string { return g.table }
+
+// Write runs fn in one read-write bbolt transaction over the generation. The
+// fold.Table handed to fn writes rows into the generation; its Index method
+// returns fold-private namespaces stored inside the generation (never
+// returned as rows, dropped with it). If fn returns an error, nothing it wrote
+// is committed and the error is returned as is. The Table, and any KV from
+// Index, must not be used after fn returns.
+//
+// Put copies the value (into an arena reused across Write calls), so callers
+// may pass slices they will reuse. Get returns a non-nil empty slice for a
+// present empty value and nil for an absent key; its result is valid until
+// fn returns.
+//
+// Commit cost dominates: write in batches (10k-100k rows per Write), not a
+// row per call. Each committed Write is fsynced.
+func (g *Generation) Write(fn func(t fold.Table) error) error {
+	if g.done {
+		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
+	}
+	// bbolt keeps references to values until the transaction ends; the arena
+	// is reset only after it has.
+	defer g.arena.reset()
+	var fnErr error
+	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+		gb := g.bucket(tx)
+		if gb == nil {
+			return ErrGenerationGone
+		}
+		rows := gb.Bucket(BucketRows)
+		index := gb.Bucket(BucketIndex)
+		if rows == nil || index == nil {
+			return fmt.Errorf("%w: generation %d has no rows or index bucket", ErrCorrupt, g.id)
+		}
+		t := &genTable{kv: kv{b: rows, arena: &g.arena}, index: index}
+		if err := fn(t); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, err)
+	}
+	return nil
+}
+
+func (g *Generation) bucket(tx *bolt.Tx) *bolt.Bucket {
+	gens := tx.Bucket(BucketGenerations)
+	if gens == nil {
+		return nil
+	}
+	return gens.Bucket(g.key)
+}
+
+// Publish makes the generation the table's published version, in one bbolt
+// transaction that:
+//
+//  1. checks the generation's bucket still exists;
+//  2. sets meta.Generation to ID(), meta.Keys to the number of rows, and
+//     meta.Name to the table name if empty (a different name is an error);
+//  3. writes meta into the tables bucket, pointing the table at this
+//     generation;
+//  4. calls hook(tx) if not nil: the caller saves its checkpoint there, so
+//     rows and the positions they came from commit together;
+//  5. deletes the table's previous generation.
+//
+// If any step fails, hook included, nothing is committed: readers keep the
+// previous version and the generation stays unpublished (call Abort, or let
+// the next read-write Open remove it). Publish on a published or aborted
+// generation returns ErrGenerationDone.
+func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error {
+	if g.done {
+		return fmt.Errorf("publish generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
+	}
+	if meta.Name == "" {
+		meta.Name = g.table
+	}
+	if meta.Name != g.table {
+		return fmt.Errorf("publish generation %d of table %q as %q: %w", g.id, g.table, meta.Name, ErrInvalidName)
+	}
+	var hookErr error
+	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+		gb := g.bucket(tx)
+		if gb == nil {
+			return ErrGenerationGone
+		}
+		rows := gb.Bucket(BucketRows)
+		if rows == nil {
+			return fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+		}
+		tables := tx.Bucket(BucketTables)
+		var prev uint64
+		if v := tables.Get([]byte(g.table)); v != nil {
+			old, err := decodeMeta([]byte(g.table), v)
+			if err != nil {
+				return err
+			}
+			prev = old.Generation
+		}
+
+		meta.Generation = g.id
+		meta.Keys = int64(rows.Stats().KeyN)
+		meta.BuiltAt = meta.BuiltAt.UTC()
+		enc, err := encodeMeta(meta)
+		if err != nil {
+			return err
+		}
+		// From here to the commit, a crash leaves the old state: bbolt
+		// writes these pages to free space and switches to them only by
+		// the final meta page write. After the commit, the new state.
+		if err := tables.Put([]byte(g.table), enc); err != nil {
+			return err
+		}
+		if hook != nil {
+			if err := hook(tx); err != nil {
+				hookErr = err
+				return err
+			}
+		}
+		// Dropping the old generation in the same transaction: a crash
+		// either keeps it published (no commit) or has it gone and
+		// unreferenced (commit). Never a table pointing at nothing.
+		if prev != 0 && prev != g.id {
+			err := tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(prev))
+			if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return fmt.Errorf("drop previous generation %d: %w", prev, err)
+			}
+		}
+		return nil
+	})
+	if hookErr != nil {
+		return fmt.Errorf("publish generation %d of table %q: hook: %w", g.id, g.table, hookErr)
+	}
+	if err != nil {
+		return fmt.Errorf("publish generation %d of table %q: %w", g.id, g.table, err)
+	}
+	g.done = true
+	g.arena.free()
+	return nil
+}
+
+// Abort deletes the unpublished generation. It is idempotent, and a no-op
+// after a successful Publish, so `defer g.Abort()` is the usual pattern.
+func (g *Generation) Abort() error {
+	if g.done {
+		return nil
+	}
+	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+		// Never delete a generation a table points at, whatever happened.
+		if tables := tx.Bucket(BucketTables); tables != nil {
+			if v := tables.Get([]byte(g.table)); v != nil {
+				if m, err := decodeMeta([]byte(g.table), v); err == nil && m.Generation == g.id {
+					return nil
+				}
+			}
+		}
+		// A crash before the commit leaves the generation, which the next
+		// read-write Open removes.
+		err := tx.Bucket(BucketGenerations).DeleteBucket(g.key)
+		if errors.Is(err, bolterrors.ErrBucketNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("abort generation %d of table %q: %w", g.id, g.table, err)
+	}
+	g.done = true
+	g.arena.free()
+	return nil
+}
+
+// genTable is the fold.Table of one Write transaction.
+type genTable struct {
+	kv
+	index   *bolt.Bucket
+	indexes map[string]*kv
+}
+
+// Index returns the fold-private namespace name inside the generation,
+// creating it.
+func (t *genTable) Index(name string) (fold.KV, error) {
+	if k, ok := t.indexes[name]; ok {
+		return k, nil
+	}
+	if name == "" {
+		return nil, fmt.Errorf("index name: %w", ErrInvalidName)
+	}
+	b, err := t.index.CreateBucketIfNotExists([]byte(name))
+	if err != nil {
+		return nil, fmt.Errorf("index %q: %w", name, err)
+	}
+	if t.indexes == nil {
+		t.indexes = make(map[string]*kv)
+	}
+	k := &kv{b: b, arena: t.arena}
+	t.indexes[name] = k
+	return k, nil
+}
+
+// kv is a fold.KV over one bucket of a write transaction.
+type kv struct {
+	b     *bolt.Bucket
+	arena *arena
+}
+
+// Get returns the value for key: nil if absent, a non-nil (possibly empty)
+// slice if present.
+func (k *kv) Get(key []byte) ([]byte, error) {
+	if len(key) == 0 {
+		return nil, nil
+	}
+	// bbolt's Bucket.Get may return nil for a present empty value; a cursor
+	// tells the two apart.
+	ck, v := k.b.Cursor().Seek(key)
+	if ck == nil || !bytes.Equal(ck, key) {
+		return nil, nil
+	}
+	if v == nil {
+		return []byte{}, nil
+	}
+	return v, nil
+}
+
+// Put stores a copy of value under key.
+func (k *kv) Put(key, value []byte) error {
+	if len(key) == 0 {
+		return ErrEmptyKey
+	}
+	return k.b.Put(key, k.arena.copy(value))
+}
+
+// Delete removes key; absent keys are not an error.
+func (k *kv) Delete(key []byte) error {
+	if len(key) == 0 {
+		return nil
+	}
+	return k.b.Delete(key)
+}
+
+// arena hands out copies of values that live until reset, in large chunks
+// so a batch of puts costs a few allocations, not one per row.
+type arena struct {
+	chunks [][]byte
+	cur    int // index of the chunk being filled
+}
+
+const arenaChunk = 1 << 20
+
+func (a *arena) copy(v []byte) []byte {
+	n := len(v)
+	if n == 0 {
+		return []byte{}
+	}
+	if n > arenaChunk/4 {
+		return bytes.Clone(v) // large value: its own allocation
+	}
+	for {
+		if a.cur == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]byte, 0, arenaChunk))
+		}
+		c := a.chunks[a.cur]
+		if cap(c)-len(c) >= n {
+			start := len(c)
+			c = append(c, v...)
+			a.chunks[a.cur] = c
+			return c[start : start+n : start+n]
+		}
+		a.cur++
+	}
+}
+
+// reset makes every chunk reusable. Only call it when no transaction can
+// still refer to the copies.
+func (a *arena) reset() {
+	for i := range a.chunks {
+		a.chunks[i] = a.chunks[i][:0]
+	}
+	a.cur = 0
+}
+
+func (a *arena) free() { *a = arena{} }
+
+// compile-time check that genTable satisfies fold.Table.
+var _ fold.Table = (*genTable)(nil)

@@ -1,0 +1,73 @@
+package store
+
+import "encoding/binary"
+
+// FormatVersion is the on-disk layout version written under
+// [KeyFormatVersion]. Open refuses a file with a different version rather than
+// guess at its layout. Bump it whenever a bucket, key or value encoding below
+// changes incompatibly.
+const FormatVersion uint64 = 1
+
+// Every name this package (and package checkpoint) puts on disk lives here.
+//
+// Layout of a file:
+//
+//	meta/                         BucketMeta
+//	    format_version            -> uint64 big-endian (FormatVersion)
+//	    generation_seq            -> uint64 big-endian, last generation number handed out
+//	tables/                       BucketTables
+//	    <table name>              -> TableMeta as JSON; names the published generation
+//	generations/                  BucketGenerations
+//	    <uint64 big-endian>/      one bucket per generation, published or not
+//	        table                 -> the table name it was begun for (diagnostics)
+//	        rows/                 the table's rows: key -> value, as the fold wrote them
+//	        index/                fold-private namespaces, dropped with the generation
+//	            <index name>/     key -> value
+//	checkpoints/                  BucketCheckpoints, owned by package checkpoint
+//
+// A generation bucket that no entry in tables/ names is unpublished: it is a
+// rebuild in progress, or the leftover of one that crashed, and a read-write
+// Open removes it.
+var (
+	// BucketMeta holds file-wide keys: the format version and the
+	// generation counter.
+	BucketMeta = []byte("meta")
+	// BucketTables maps a table name to its TableMeta (JSON).
+	BucketTables = []byte("tables")
+	// BucketGenerations holds one nested bucket per generation, keyed by the
+	// generation number encoded with GenerationKey.
+	BucketGenerations = []byte("generations")
+	// BucketCheckpoints is package checkpoint's bucket; it is written in the
+	// same transaction as a publish.
+	BucketCheckpoints = []byte("checkpoints")
+
+	// KeyFormatVersion (in BucketMeta) is FormatVersion, big-endian uint64.
+	KeyFormatVersion = []byte("format_version")
+	// KeyGenerationSeq (in BucketMeta) is the last generation number handed
+	// out, big-endian uint64. Numbers are never reused within a file.
+	KeyGenerationSeq = []byte("generation_seq")
+
+	// KeyGenerationTable (in a generation bucket) is the table name the
+	// generation was begun for.
+	KeyGenerationTable = []byte("table")
+	// BucketRows (in a generation bucket) holds the table's rows.
+	BucketRows = []byte("rows")
+	// BucketIndex (in a generation bucket) holds one nested bucket per
+	// fold-private index.
+	BucketIndex = []byte("index")
+)
+
+// GenerationKey encodes a generation number as its bucket key: 8 bytes,
+// big-endian, so generations sort in the order they were begun.
+func GenerationKey(gen uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), gen)
+}
+
+// decodeUint64 decodes an 8-byte big-endian value; ok is false for any other
+// length.
+func decodeUint64(b []byte) (v uint64, ok bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b), true
+}
