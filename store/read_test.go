@@ -1,0 +1,214 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestWritePublishReadMatchesOracle(t *testing.T) {
+	db := openTemp(t)
+	o := oracle{}
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeOps(t, g, o, randomOps(t, uint64(time.Now().UnixNano()), 3000), 700)
+	meta := TableMeta{
+		Topic: "events", Fold: "latest", Params: map[string]string{"k": "v"},
+		BuiltAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("X", 3600)), Duration: 1500 * time.Millisecond,
+		Records: 3000, Skipped: 7, Extra: map[string]int64{"logical_events": 42},
+	}
+	if err := g.Publish(meta, nil); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	// Full scan: same rows, ascending byte order.
+	keys, rows := scanAll(t, db, "t")
+	if diff := cmp.Diff(map[string]string(o), map[string]string(rows)); diff != "" {
+		t.Errorf("scan differs from oracle (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(o.sortedKeys(""), keys); diff != "" {
+		t.Errorf("scan order (-want +got):\n%s", diff)
+	}
+
+	// Get of every present key, and of absent ones.
+	for k, want := range o {
+		got, err := db.Get("t", []byte(k))
+		if err != nil {
+			t.Fatalf("Get(%q): %v", k, err)
+		}
+		if got == nil || string(got) != want {
+			t.Fatalf("Get(%q) = %q (nil %v), want %q", k, got, got == nil, want)
+		}
+	}
+	for _, k := range []string{"nope", "a/", "a", "", "z99999"} {
+		if _, present := o[k]; present {
+			continue
+		}
+		_, err := db.Get("t", []byte(k))
+		var kerr *KeyNotFoundError
+		if !errors.Is(err, ErrKeyNotFound) || !errors.As(err, &kerr) || kerr.Table != "t" || string(kerr.Key) != k {
+			t.Errorf("Get(%q) err = %v, want KeyNotFoundError for table t", k, err)
+		}
+	}
+
+	// Prefix and limit, table-driven against the oracle.
+	for _, tc := range []struct {
+		prefix string
+		limit  int
+	}{
+		{"", 0}, {"", 10}, {"a/", 0}, {"a", 0}, {"ab/", 5}, {"b/", -1}, {"z", 3}, {"q", 0}, {"a/0", 1000000},
+	} {
+		want := o.sortedKeys(tc.prefix)
+		if tc.limit > 0 && len(want) > tc.limit {
+			want = want[:tc.limit]
+		}
+		var got []string
+		var prefix []byte
+		if tc.prefix != "" {
+			prefix = []byte(tc.prefix)
+		}
+		err := db.Scan("t", prefix, tc.limit, func(k, v []byte) error {
+			if string(v) != o[string(k)] {
+				t.Errorf("scan %q: value of %q = %q, want %q", tc.prefix, k, v, o[string(k)])
+			}
+			got = append(got, string(k))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("Scan(prefix %q, limit %d) (-want +got):\n%s", tc.prefix, tc.limit, diff)
+		}
+	}
+
+	// An error from fn stops the scan and comes back unchanged.
+	stop := errors.New("stop")
+	n := 0
+	if err := db.Scan("t", nil, 0, func(k, v []byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Errorf("Scan with failing fn: err %v after %d calls, want stop after 1", err, n)
+	}
+
+	// Metadata round-trips, with Generation and Keys filled in.
+	want := meta
+	want.Name, want.Generation, want.Keys = "t", g.ID(), int64(len(o))
+	got, err := db.Table("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Table meta (-want +got):\n%s", diff)
+	}
+	all, err := db.Tables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]TableMeta{want}, all); diff != "" {
+		t.Errorf("Tables (-want +got):\n%s", diff)
+	}
+
+	// And it survives a close and a read-only reopen.
+	path := db.Path()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := Open(path, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	_, rows = scanAll(t, ro, "t")
+	if diff := cmp.Diff(map[string]string(o), map[string]string(rows)); diff != "" {
+		t.Errorf("after reopen (-want +got):\n%s", diff)
+	}
+	if got, err := ro.Table("t"); err != nil || !cmp.Equal(want, got) {
+		t.Errorf("after reopen Table = %+v, %v", got, err)
+	}
+	if _, err := ro.Begin("t"); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Begin on read-only DB: %v, want ErrReadOnly", err)
+	}
+}
+
+func TestTablesSortedAndNotFound(t *testing.T) {
+	db := openTemp(t)
+
+	_, err := db.Table("x")
+	var nf *TableNotFoundError
+	if !errors.As(err, &nf) || !errors.Is(err, ErrTableNotFound) {
+		t.Fatalf("Table on empty db: %v", err)
+	}
+	if want := `table "x" not found in ` + db.Path() + ` (no tables yet)`; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+
+	for _, name := range []string{"b", "c", "a"} {
+		g, err := db.Begin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Publish(TableMeta{Topic: "topic-" + name}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := db.Tables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range all {
+		names = append(names, m.Name)
+		if m.Topic != "topic-"+m.Name || m.Keys != 0 {
+			t.Errorf("meta %+v", m)
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, names); diff != "" {
+		t.Errorf("Tables order (-want +got):\n%s", diff)
+	}
+
+	for _, call := range []func() error{
+		func() error { _, err := db.Table("x"); return err },
+		func() error { _, err := db.Get("x", []byte("k")); return err },
+		func() error { return db.Scan("x", nil, 0, func(k, v []byte) error { return nil }) },
+	} {
+		err := call()
+		if !errors.Is(err, ErrTableNotFound) {
+			t.Fatalf("err = %v, want ErrTableNotFound", err)
+		}
+		if want := `table "x" not found in ` + db.Path() + ` (tables: a, b, c)`; err.Error() != want {
+			t.Errorf("error = %q, want %q", err, want)
+		}
+	}
+	// Empty table: Get says key not found, Scan calls nothing.
+	if _, err := db.Get("a", []byte("k")); !errors.Is(err, ErrKeyNotFound) {
+		t.Errorf("Get on empty table: %v", err)
+	}
+	if err := db.Scan("a", nil, 0, func(k, v []byte) error { return errors.New("called") }); err != nil {
+		t.Errorf("Scan on empty table: %v", err)
+	}
+}
+
+func TestGetReturnsCopy(t *testing.T) {
+	db := openTemp(t)
+	g, _ := db.Begin("t")
+	if err := g.Write(func(tb foldTable) error { return tb.Put([]byte("k"), []byte("value")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Publish(TableMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := db.Get("t", []byte("k"))
+	v[0] = 'X' // would fault (read-only mmap) or corrupt if not a copy
+	v2, _ := db.Get("t", []byte("k"))
+	if string(v2) != "value" {
+		t.Errorf("Get = %q after modifying an earlier result", v2)
+	}
+	if !strings.HasPrefix(string(v), "X") {
+		t.Errorf("copy not modifiable")
+	}
+}
