@@ -1,0 +1,192 @@
+package checkpoint
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+func openTemp(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), "k.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func load(t *testing.T, db *store.DB, table string) (Checkpoint, bool) {
+	t.Helper()
+	var cp Checkpoint
+	var ok bool
+	err := db.View(func(tx *bolt.Tx) error {
+		var err error
+		cp, ok, err = Load(tx, table)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Load(%q): %v", table, err)
+	}
+	return cp, ok
+}
+
+func TestSaveLoadReplaceDelete(t *testing.T) {
+	db := openTemp(t)
+	if _, ok := load(t, db, "t"); ok {
+		t.Fatal("checkpoint before any Save")
+	}
+
+	first := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{
+		{Partition: 300, Low: 0, Start: 0, High: 1 << 40, End: 1 << 40},
+		{Partition: 2, Low: 5, Start: 7, High: 9, End: 9},
+		{Partition: 0, Low: 0, Start: 0, High: 0, End: 0},
+		{Partition: 256, Low: 1, Start: 2, High: 3, End: 3},
+	}}
+	// The oracle: the same partitions, sorted by number by hand.
+	wantFirst := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{
+		first.Partitions[2], first.Partitions[1], first.Partitions[3], first.Partitions[0],
+	}}
+	other := Checkpoint{Topic: "other", EndMark: EndStable, Partitions: []Partition{{Partition: 1, High: 4, End: 4, Start: 1}}}
+	save := func(table string, cp Checkpoint) {
+		t.Helper()
+		if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, table, cp) }); err != nil {
+			t.Fatalf("Save(%q): %v", table, err)
+		}
+	}
+	save("t", first)
+	save("u", other)
+	if got, ok := load(t, db, "t"); !ok || !cmp.Equal(wantFirst, got) {
+		t.Errorf("Load(t) = %+v, %v; diff (-want +got):\n%s", got, ok, cmp.Diff(wantFirst, got))
+	}
+
+	// Replacing drops partitions the new checkpoint does not list.
+	second := Checkpoint{Topic: "events", EndMark: EndStable, Partitions: []Partition{{Partition: 2, Low: 9, Start: 9, High: 12, End: 12}}}
+	save("t", second)
+	if got, ok := load(t, db, "t"); !ok || !cmp.Equal(second, got) {
+		t.Errorf("after replace (-want +got):\n%s", cmp.Diff(second, got))
+	}
+	if got, ok := load(t, db, "u"); !ok || !cmp.Equal(other, got) {
+		t.Errorf("other table's checkpoint changed (-want +got):\n%s", cmp.Diff(other, got))
+	}
+
+	// No partitions at all is a valid (empty topic) checkpoint.
+	save("empty", Checkpoint{Topic: "e", EndMark: EndHigh})
+	if got, ok := load(t, db, "empty"); !ok || got.Topic != "e" || len(got.Partitions) != 0 {
+		t.Errorf("empty checkpoint: %+v, %v", got, ok)
+	}
+
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error {
+		if err := Delete(tx, "t"); err != nil {
+			return err
+		}
+		return Delete(tx, "never-saved")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := load(t, db, "t"); ok {
+		t.Error("checkpoint survives Delete")
+	}
+	if _, ok := load(t, db, "u"); !ok {
+		t.Error("Delete(t) removed u")
+	}
+}
+
+func TestSaveRejectsImpossibleCheckpoints(t *testing.T) {
+	db := openTemp(t)
+	ok := Checkpoint{Topic: "t", EndMark: EndHigh}
+	for _, tc := range []struct {
+		name  string
+		table string
+		cp    Checkpoint
+	}{
+		{"empty table", "", ok},
+		{"empty topic", "t", Checkpoint{EndMark: EndHigh}},
+		{"bad end mark", "t", Checkpoint{Topic: "t", EndMark: "latest"}},
+		{"duplicate partition", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Partition: 1}, {Partition: 1}}}},
+		{"negative partition", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Partition: -1}}}},
+		{"negative offset", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Low: -1}}}},
+		{"start past end", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Start: 5, End: 4, High: 9}}}},
+		{"end past high", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Start: 0, End: 10, High: 9}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, tc.table, tc.cp) })
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("Save = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+// TestSaveInPublishHookIsAtomic: the checkpoint commits with the table, and a
+// failing publish commits neither.
+func TestSaveInPublishHookIsAtomic(t *testing.T) {
+	db := openTemp(t)
+	build := func(value string) *store.Generation {
+		t.Helper()
+		g, err := db.Begin("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Write(func(tb fold.Table) error { return tb.Put([]byte("k"), []byte(value)) }); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	cp1 := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{{Partition: 0, High: 10, End: 10}}}
+	g := build("v1")
+	if err := g.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return Save(tx, "t", cp1) }); err != nil {
+		t.Fatal(err)
+	}
+	check := func(wantValue string, wantCP Checkpoint) {
+		t.Helper()
+		// Table and checkpoint read in one transaction, as a resuming
+		// rebuild would.
+		err := db.View(func(tx *bolt.Tx) error {
+			cp, ok, err := Load(tx, "t")
+			if err != nil || !ok || !cmp.Equal(wantCP, cp) {
+				t.Errorf("checkpoint %+v, %v, %v; want %+v", cp, ok, err, wantCP)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := db.Get("t", []byte("k")); err != nil || string(v) != wantValue {
+			t.Errorf("row = %q, %v; want %q", v, err, wantValue)
+		}
+	}
+	check("v1", cp1)
+
+	// A hook that saves and then fails: neither the rows nor the checkpoint.
+	cp2 := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{{Partition: 0, Start: 10, High: 20, End: 20}}}
+	g2 := build("v2")
+	boom := errors.New("boom")
+	err := g2.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error {
+		if err := Save(tx, "t", cp2); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Publish = %v, want boom", err)
+	}
+	check("v1", cp1)
+	// An invalid checkpoint refuses the publish the same way.
+	if err := g2.Publish(store.TableMeta{}, func(tx *bolt.Tx) error { return Save(tx, "t", Checkpoint{}) }); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Publish with invalid checkpoint = %v", err)
+	}
+	check("v1", cp1)
+
+	// The retry commits both.
+	if err := g2.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return Save(tx, "t", cp2) }); err != nil {
+		t.Fatal(err)
+	}
+	check("v2", cp2)
+}
