@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/rs/zerolog"
+)
+
+// clients is the replay's consumer and an admin client sharing its handle,
+// plus the goroutine that forwards librdkafka's logs. Close stops both and
+// waits for the forwarder.
+type clients struct {
+	consumer *kafka.Consumer
+	admin    *kafka.AdminClient
+	group    string
+	logsDone sync.WaitGroup
+}
+
+func newClients(c Config) (*clients, error) {
+	cm, group, err := consumerConfig(c)
+	if err != nil {
+		return nil, &Error{Op: "configure", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
+	}
+	consumer, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return nil, &Error{Op: "create consumer", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
+	}
+	admin, err := kafka.NewAdminClientFromConsumer(consumer)
+	if err != nil {
+		consumer.Close()
+		return nil, &Error{Op: "create admin client", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
+	}
+	cl := &clients{consumer: consumer, admin: admin, group: group}
+	cl.logsDone.Add(1)
+	go forwardLogs(consumer.Logs(), c.Log, &cl.logsDone)
+	return cl, nil
+}
+
+// Close closes the admin client and the consumer (which commits nothing: auto
+// commit is off and no offset was ever stored) and waits for the log
+// forwarder, which ends when librdkafka closes the logs channel.
+func (cl *clients) Close() error {
+	cl.admin.Close()
+	err := cl.consumer.Close()
+	cl.logsDone.Wait()
+	return err
+}
+
+// forwardLogs turns librdkafka log lines into zerolog events: syslog levels
+// 0-3 as warnings (they usually explain a failure the replay will report),
+// the rest at debug.
+func forwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, done *sync.WaitGroup) {
+	defer done.Done()
+	for ev := range ch {
+		lvl := zerolog.DebugLevel
+		if ev.Level <= 3 {
+			lvl = zerolog.WarnLevel
+		}
+		log.WithLevel(lvl).Str("librdkafka", ev.Tag).Msg(ev.Message)
+	}
+}
+
+// classify maps a client error to one of the package's sentinel kinds.
+func classify(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrUnavailable
+	}
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		return ErrKafka
+	}
+	switch ke.Code() {
+	case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic:
+		return ErrTopicNotFound
+	case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrTimedOut, kafka.ErrTimedOutQueue,
+		kafka.ErrRequestTimedOut, kafka.ErrBrokerNotAvailable, kafka.ErrLeaderNotAvailable,
+		kafka.ErrNotLeaderForPartition, kafka.ErrResolve, kafka.ErrNetworkException,
+		kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed,
+		kafka.ErrGroupAuthorizationFailed, kafka.ErrSaslAuthenticationFailed,
+		kafka.ErrAuthentication, kafka.ErrSsl:
+		return ErrUnavailable
+	}
+	if ke.IsTimeout() {
+		return ErrUnavailable
+	}
+	return ErrKafka
+}
+
+func wrapErr(op, topic string, partition int32, offset int64, err error) *Error {
+	kind := classify(err)
+	detail := ""
+	switch kind {
+	case ErrUnavailable:
+		detail = "kafka unavailable (no answer in time, broker down, or not authorized)"
+	case ErrTopicNotFound:
+		detail = fmt.Sprintf("topic %q does not exist (kmaterialize never creates topics)", topic)
+	}
+	return &Error{Op: op, Topic: topic, Partition: partition, Offset: offset, Kind: kind, Detail: detail, Err: err}
+}

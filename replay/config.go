@@ -1,0 +1,156 @@
+package replay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/rs/zerolog"
+)
+
+// EndMark chooses where each partition's replay ends.
+type EndMark string
+
+const (
+	// EndHigh ends at the high watermark captured at start (read_uncommitted
+	// ListOffsets). An open transaction below it makes the replay wait.
+	EndHigh EndMark = "high"
+	// EndStable ends at the last stable offset captured at start: never
+	// waits, but leaves out records committed after the oldest open
+	// transaction.
+	EndStable EndMark = "stable"
+)
+
+// Start says where each partition's replay begins. The zero value starts
+// every partition at its earliest retained offset.
+type Start struct {
+	// Offsets maps a partition to its first offset. A partition not named
+	// starts at its retained low; an offset below the low starts at the low
+	// (with a warning); an offset above the high mark is ErrBadStart.
+	Offsets map[int32]int64
+	// Timestamp, if non-zero, starts each partition at the first offset
+	// whose record timestamp is >= it; a partition with no such record
+	// contributes nothing. Exclusive with Offsets.
+	Timestamp time.Time
+}
+
+// Config describes one replay. Zero values mean the documented defaults.
+type Config struct {
+	Brokers string // bootstrap.servers; required unless Props sets it
+	Topic   string
+	// Props are librdkafka properties (-X key=value). They win over the
+	// tuned defaults, except for the properties that make the replay
+	// read-only and bounded (group.id, isolation.level, auto commit, offset
+	// store, auto.offset.reset), which are not negotiable.
+	Props map[string]string
+	End   EndMark // default EndHigh
+	Start Start
+	// StallTimeout bounds how long no partition may make progress, and how
+	// long metadata and ListOffsets may take. Default 30s.
+	StallTimeout time.Duration
+	// BatchRecords is the most records handed to the sink at once.
+	// Default 20000.
+	BatchRecords int
+	// ProgressInterval is how often Progress is called. Default 1s.
+	ProgressInterval time.Duration
+	// Progress, if set, is called from the read loop with a snapshot.
+	Progress func(Progress)
+	Log      zerolog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.End == "" {
+		out.End = EndHigh
+	}
+	if out.StallTimeout <= 0 {
+		out.StallTimeout = 30 * time.Second
+	}
+	if out.BatchRecords <= 0 {
+		out.BatchRecords = 20000
+	}
+	if out.ProgressInterval <= 0 {
+		out.ProgressInterval = time.Second
+	}
+	return out
+}
+
+// TunedDefaults are the consumer properties the replay uses unless Props
+// overrides them. librdkafka's defaults fetch in small steps with a 1s
+// backoff between queue refills; measured against kfake on 2 cores that left
+// about 8x of throughput unused (130k vs 1.1M records/s).
+var TunedDefaults = map[string]string{
+	"fetch.queue.backoff.ms":     "10",
+	"queued.min.messages":        "20000",
+	"queued.max.messages.kbytes": "16384",
+	"fetch.wait.max.ms":          "100",
+	"client.id":                  "kmaterialize",
+}
+
+// ClientConfig builds the librdkafka configuration shared by every client
+// kmaterialize makes: bootstrap servers, then the user's -X properties.
+func ClientConfig(brokers string, props map[string]string) (*kafka.ConfigMap, error) {
+	cm := &kafka.ConfigMap{
+		// librdkafka logs go to a channel we drain into zerolog, so its
+		// own format never interleaves with ours on stderr.
+		"go.logs.channel.enable": true,
+	}
+	if brokers != "" {
+		_ = cm.SetKey("bootstrap.servers", brokers)
+	}
+	for k, v := range props {
+		if err := cm.SetKey(k, v); err != nil {
+			return nil, fmt.Errorf("librdkafka property %s=%s: %w", k, v, err)
+		}
+	}
+	if v, _ := cm.Get("bootstrap.servers", ""); v == "" {
+		return nil, fmt.Errorf("no brokers: set --brokers, KMATERIALIZE_BROKERS or -X bootstrap.servers")
+	}
+	return cm, nil
+}
+
+// consumerConfig is ClientConfig plus the replay's fixed and tuned
+// properties.
+func consumerConfig(c Config) (*kafka.ConfigMap, string, error) {
+	props := map[string]string{}
+	for k, v := range TunedDefaults {
+		props[k] = v
+	}
+	for k, v := range c.Props {
+		props[k] = v
+	}
+	cm, err := ClientConfig(c.Brokers, props)
+	if err != nil {
+		return nil, "", err
+	}
+	group := "kmaterialize-replay-" + randomHex(8)
+	fixed := map[string]any{
+		// A fresh group that is never joined (partitions are assigned
+		// explicitly) and never committed to.
+		"group.id":                 group,
+		"enable.auto.commit":       false,
+		"enable.auto.offset.store": false,
+		// Aborted transactions never reach a table.
+		"isolation.level": "read_committed",
+		// librdkafka's default silently jumps to the end when a position
+		// falls below the retained low; records deleted under the replay
+		// must fail it instead.
+		"auto.offset.reset":        "error",
+		"enable.partition.eof":     true,
+		"allow.auto.create.topics": false,
+	}
+	for k, v := range fixed {
+		if err := cm.SetKey(k, v); err != nil {
+			return nil, "", fmt.Errorf("librdkafka property %s: %w", k, err)
+		}
+	}
+	return cm, group, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,356 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+)
+
+// Sink receives batches of records, in offset order within each partition.
+// A batch is not reused by the replay after the call; the sink may keep it.
+// An error from the sink stops the replay and is returned as is.
+type Sink func(batch []fold.Record) error
+
+// Result is what a completed replay read.
+type Result struct {
+	Plan    Plan // bounds; End is the position reached (== the end mark)
+	Records int64
+	Group   string // the throwaway group.id the consumer used
+	Elapsed time.Duration
+}
+
+type partState struct {
+	bounds   PartitionBounds
+	pos      int64
+	done     bool
+	waiting  bool // at the live end (EOF) below its end mark
+	lastEOFs int64
+}
+
+// Run replays the topic as c describes and hands the records to sink. It
+// returns when every partition's position has reached its end mark, or
+// with an *Error (or ctx's error, or the sink's error).
+func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
+	c = c.withDefaults()
+	started := time.Now()
+	cl, err := newClients(c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cl.Close()
+
+	plan, err := capture(ctx, cl, c)
+	if err != nil {
+		return Result{Plan: plan}, err
+	}
+	if err := resolveStarts(ctx, cl, c, &plan); err != nil {
+		return Result{Plan: plan}, err
+	}
+	for _, w := range plan.Warnings {
+		c.Log.Warn().Str("topic", c.Topic).Msg(w)
+	}
+	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
+	res, err := r.run(ctx)
+	res.Group = cl.group
+	res.Elapsed = time.Since(started)
+	return res, err
+}
+
+type reader struct {
+	c       Config
+	cl      *clients
+	plan    Plan
+	sink    Sink
+	started time.Time
+
+	parts   map[int32]*partState
+	order   []*partState
+	pending int
+	records int64
+	batch   []fold.Record
+	lastErr error
+}
+
+func (r *reader) run(ctx context.Context) (Result, error) {
+	r.parts = make(map[int32]*partState, len(r.plan.Partitions))
+	var assign []kafka.TopicPartition
+	topic := r.c.Topic
+	for _, pb := range r.plan.Partitions {
+		st := &partState{bounds: pb, pos: pb.Start}
+		r.parts[pb.Partition] = st
+		r.order = append(r.order, st)
+		// An empty range is complete before reading.
+		if pb.Start >= pb.End {
+			st.done = true
+			continue
+		}
+		r.pending++
+		assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: pb.Partition, Offset: kafka.Offset(pb.Start)})
+	}
+	if len(assign) > 0 {
+		if err := r.cl.consumer.Assign(assign); err != nil {
+			return r.result(), wrapErr("assign", topic, -1, -1, err)
+		}
+	}
+	r.batch = make([]fold.Record, 0, r.c.BatchRecords)
+	lastProgress := time.Now()
+	lastReport := time.Now()
+	for r.pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return r.result(), fmt.Errorf("replay %s interrupted: %w", topic, err)
+		}
+		progressed, err := r.poll(ctx)
+		if err != nil {
+			return r.result(), err
+		}
+		now := time.Now()
+		if progressed {
+			lastProgress = now
+		}
+		if r.c.Progress != nil && now.Sub(lastReport) >= r.c.ProgressInterval {
+			lastReport = now
+			r.c.Progress(r.snapshot())
+		}
+		if r.pending > 0 && now.Sub(lastProgress) > r.c.StallTimeout {
+			// Hand over what was read so far? No: a stalled replay
+			// publishes nothing, so the batch is dropped with it.
+			return r.result(), r.stallError(ctx)
+		}
+	}
+	if err := r.flush(); err != nil {
+		return r.result(), err
+	}
+	if r.c.Progress != nil {
+		r.c.Progress(r.snapshot())
+	}
+	return r.result(), nil
+}
+
+// poll handles what one Poll returns, draining what is already queued
+// without blocking, and reports whether any partition's position moved.
+func (r *reader) poll(ctx context.Context) (bool, error) {
+	progressed := false
+	timeout := 100
+	for i := 0; i < r.c.BatchRecords && r.pending > 0; i++ {
+		ev := r.cl.consumer.Poll(timeout)
+		timeout = 0
+		if ev == nil {
+			break
+		}
+		moved, err := r.handle(ctx, ev)
+		if err != nil {
+			return progressed, err
+		}
+		progressed = progressed || moved
+	}
+	return progressed, nil
+}
+
+func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
+	switch e := ev.(type) {
+	case *kafka.Message:
+		if e.TopicPartition.Error != nil {
+			return false, r.clientError(ctx, e.TopicPartition.Partition, e.TopicPartition.Error)
+		}
+		st := r.parts[e.TopicPartition.Partition]
+		if st == nil || st.done {
+			// Prefetched past the end of a finished partition.
+			return false, nil
+		}
+		off := int64(e.TopicPartition.Offset)
+		if off < st.pos {
+			return false, nil // already seen; never expected with assign
+		}
+		if off >= st.bounds.End {
+			// The first record past the end mark: the position has
+			// crossed it, whatever markers or gaps lay between.
+			st.pos = st.bounds.End
+			return true, r.finish(st)
+		}
+		r.batch = append(r.batch, fold.Record{
+			Partition: e.TopicPartition.Partition,
+			Offset:    off,
+			Timestamp: e.Timestamp,
+			Key:       e.Key,
+			Value:     e.Value,
+		})
+		r.records++
+		st.pos = off + 1
+		st.waiting = false
+		if st.pos >= st.bounds.End {
+			if err := r.finish(st); err != nil {
+				return true, err
+			}
+		}
+		if len(r.batch) >= r.c.BatchRecords {
+			return true, r.flush()
+		}
+		return true, nil
+	case kafka.PartitionEOF:
+		st := r.parts[e.Partition]
+		if st == nil || st.done {
+			return false, nil
+		}
+		off := int64(e.Offset)
+		moved := off > st.pos
+		if moved {
+			// Control records and aborted transactions advance the
+			// position without delivering a record.
+			st.pos = off
+		}
+		if st.pos >= st.bounds.End {
+			st.pos = st.bounds.End
+			return true, r.finish(st)
+		}
+		// At the live end below the end mark: an open transaction holds
+		// the last stable offset (read_committed cannot pass it).
+		if !st.waiting {
+			r.c.Log.Info().Str("topic", r.c.Topic).Int32("partition", st.bounds.Partition).
+				Int64("lso", st.pos).Int64("high", st.bounds.End).
+				Msg("waiting for an open transaction to commit or abort")
+		}
+		st.waiting = true
+		return moved, nil
+	case kafka.Error:
+		if e.Code() == kafka.ErrAutoOffsetReset || e.Code() == kafka.ErrOffsetOutOfRange {
+			return false, r.clientError(ctx, -1, e)
+		}
+		if e.IsFatal() {
+			return false, &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
+		}
+		// Transient (broker down, transport): librdkafka retries; the
+		// stall timeout bounds how long we let it.
+		r.lastErr = e
+		r.c.Log.Debug().Err(e).Str("topic", r.c.Topic).Msg("kafka client error (retrying)")
+		return false, nil
+	default:
+		return false, nil
+	}
+}
+
+// finish marks a partition complete and stops fetching it.
+func (r *reader) finish(st *partState) error {
+	st.done = true
+	st.waiting = false
+	r.pending--
+	topic := r.c.Topic
+	tp := []kafka.TopicPartition{{Topic: &topic, Partition: st.bounds.Partition}}
+	if err := r.cl.consumer.Pause(tp); err != nil {
+		return wrapErr("pause", topic, st.bounds.Partition, st.pos, err)
+	}
+	return nil
+}
+
+func (r *reader) flush() error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	b := r.batch
+	r.batch = make([]fold.Record, 0, r.c.BatchRecords)
+	return r.sink(b)
+}
+
+// clientError turns a per-partition client error into an *Error. An offset
+// out of range (auto.offset.reset=error) means records the replay still had
+// to read were removed: find the partition whose retained low passed its
+// position, so the message names it.
+func (r *reader) clientError(ctx context.Context, partition int32, err error) error {
+	var ke kafka.Error
+	if errors.As(err, &ke) && (ke.Code() == kafka.ErrAutoOffsetReset || ke.Code() == kafka.ErrOffsetOutOfRange) {
+		lows, lerr := listOffsets(ctx, r.cl, r.c, r.plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+		for _, st := range r.order {
+			if st.done || (partition >= 0 && st.bounds.Partition != partition) {
+				continue
+			}
+			if lerr == nil && lows[st.bounds.Partition] > st.pos {
+				return &Error{Op: "read", Topic: r.c.Topic, Partition: st.bounds.Partition, Offset: st.pos,
+					Kind: ErrRecordsRemoved, Err: err,
+					Detail: fmt.Sprintf("records removed under the replay: position %d but the retained low is now %d (start %d, high mark %d); nothing was published, rerun the rebuild",
+						st.pos, lows[st.bounds.Partition], st.bounds.Start, st.bounds.End)}
+			}
+		}
+		return &Error{Op: "read", Topic: r.c.Topic, Partition: partition, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
+			Detail: "fetch offset out of range (records removed under the replay); nothing was published"}
+	}
+	return wrapErr("read", r.c.Topic, partition, -1, err)
+}
+
+// stallError names each unfinished partition's position and end mark, and
+// the open transaction when that is what holds a partition back.
+func (r *reader) stallError(ctx context.Context) error {
+	var lsos map[int32]int64
+	if l, err := listOffsets(ctx, r.cl, r.c, r.plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted); err == nil {
+		lsos = l
+	}
+	var parts []string
+	var txnPart *partState
+	for _, st := range r.order {
+		if st.done {
+			continue
+		}
+		s := fmt.Sprintf("partition %d at %d of high mark %d", st.bounds.Partition, st.pos, st.bounds.End)
+		if lso, ok := lsos[st.bounds.Partition]; ok && lso < st.bounds.End && st.pos >= lso {
+			s += fmt.Sprintf(" (an open transaction holds the last stable offset at %d; records %d..%d are uncommitted)",
+				lso, lso, st.bounds.End-1)
+			if txnPart == nil {
+				txnPart = st
+			}
+		}
+		parts = append(parts, s)
+	}
+	sort.Strings(parts)
+	detail := fmt.Sprintf("no progress for %s: %s", r.c.StallTimeout, strings.Join(parts, "; "))
+	e := &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrStalled, Detail: detail, Err: r.lastErr}
+	if txnPart != nil {
+		e.Partition = txnPart.bounds.Partition
+		e.Offset = txnPart.pos
+		e.Detail += "; wait for the transaction to finish, or rebuild with --end stable to stop at the last stable offset"
+		e.Reason = ErrOpenTransaction
+		return e
+	}
+	if r.lastErr != nil && classify(r.lastErr) == ErrUnavailable {
+		e.Kind = ErrUnavailable
+		e.Detail = "kafka unavailable during the read, " + detail
+	}
+	return e
+}
+
+func (r *reader) snapshot() Progress {
+	p := Progress{Topic: r.c.Topic, Records: r.records, Elapsed: time.Since(r.started)}
+	for _, st := range r.order {
+		state := StateReading
+		switch {
+		case st.done:
+			state = StateDone
+		case st.waiting:
+			state = StateWaiting
+		}
+		p.Partitions = append(p.Partitions, PartitionProgress{
+			Partition: st.bounds.Partition, Start: st.bounds.Start, Position: st.pos, End: st.bounds.End, State: state,
+		})
+	}
+	return p
+}
+
+func (r *reader) result() Result {
+	plan := r.plan
+	plan.Partitions = make([]PartitionBounds, len(r.plan.Partitions))
+	copy(plan.Partitions, r.plan.Partitions)
+	return Result{Plan: plan, Records: r.records}
+}
+
+// Positions reports the end position each partition reached, by partition.
+func (res Result) Positions() map[int32]int64 {
+	out := map[int32]int64{}
+	for _, p := range res.Plan.Partitions {
+		out[p.Partition] = p.End
+	}
+	return out
+}
