@@ -1,0 +1,16 @@
+// Package materialize owns one rebuild as a use case: replay a topic, fold
+// its records into a fresh generation of a table, and publish the generation
+// together with its checkpoint, or publish nothing.
+//
+// The CLI and the daemon both call Rebuild; neither re-implements it.
+//
+// # Crash safety
+//
+// Rows are written into an unpublished generation while the replay reads.
+// Only when every partition reached its end mark and the fold's Finish
+// accepted the result does one bbolt transaction point the table at the new
+// generation, save the checkpoint and drop the old generation. A failure, an
+// interruption or a kill at any earlier point leaves readers on the previous
+// generation; the unpublished one is removed by Abort, or by the next
+// read-write open of the file after a kill.
+package materialize

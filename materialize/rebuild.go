@@ -1,0 +1,122 @@
+package materialize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// DefaultWriteBudget is how many bytes of record keys and values are folded
+// into one write transaction. Larger budgets mean fewer, bigger bbolt
+// commits (each one rewrites the touched pages and fsyncs); memory is
+// bounded by it, not by the number of records read.
+const DefaultWriteBudget = 32 << 20
+
+// Options describe one rebuild.
+type Options struct {
+	DB     *store.DB
+	Table  string // default: the topic name
+	Replay replay.Config
+	Fold   fold.Folder // default: fold.NewLatest()
+	// WriteBudget bounds the record bytes buffered per write transaction.
+	// Default DefaultWriteBudget.
+	WriteBudget int
+	Log         zerolog.Logger
+}
+
+// Report is what a published rebuild did.
+type Report struct {
+	Meta       store.TableMeta
+	Checkpoint checkpoint.Checkpoint
+	Replay     replay.Result
+}
+
+// Rebuild replays opts.Replay.Topic into a new generation of opts.Table and
+// publishes it with its checkpoint. On any error nothing is published and
+// the previous generation stays what readers see.
+func Rebuild(ctx context.Context, opts Options) (Report, error) {
+	started := time.Now()
+	if opts.Table == "" {
+		opts.Table = opts.Replay.Topic
+	}
+	if opts.Fold == nil {
+		opts.Fold = fold.NewLatest()
+	}
+	if opts.WriteBudget <= 0 {
+		opts.WriteBudget = DefaultWriteBudget
+	}
+	gen, err := opts.DB.Begin(opts.Table)
+	if err != nil {
+		return Report{}, fmt.Errorf("rebuild table %q: %w", opts.Table, err)
+	}
+	// Abort is a no-op after a successful Publish; otherwise it drops the
+	// unpublished generation. A kill before it runs leaves the generation
+	// to the next read-write open.
+	defer func() {
+		if aerr := gen.Abort(); aerr != nil {
+			opts.Log.Warn().Err(aerr).Str("table", opts.Table).Uint64("generation", gen.ID()).
+				Msg("could not drop the unpublished generation; the next open removes it")
+		}
+	}()
+	log := opts.Log.With().Str("table", opts.Table).Uint64("generation", gen.ID()).Logger()
+
+	w := newWriter(gen, opts.Fold, opts.WriteBudget)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.start(rctx)
+	res, rerr := replay.Run(rctx, opts.Replay, w.send)
+	werr := w.close()
+	switch {
+	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):
+		return Report{Replay: res}, werr
+	case rerr != nil:
+		return Report{Replay: res}, rerr
+	case werr != nil:
+		return Report{Replay: res}, werr
+	}
+	if err := gen.Write(opts.Fold.Finish); err != nil {
+		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
+	}
+
+	stats := opts.Fold.Stats()
+	meta := store.TableMeta{
+		Name:     opts.Table,
+		Topic:    opts.Replay.Topic,
+		Fold:     opts.Fold.Name(),
+		Params:   opts.Fold.Params(),
+		BuiltAt:  started,
+		Duration: time.Since(started),
+		Records:  stats.Records,
+		Skipped:  stats.Skipped,
+		Extra:    stats.Extra,
+	}
+	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End)}
+	for _, p := range res.Plan.Partitions {
+		cp.Partitions = append(cp.Partitions, checkpoint.Partition{
+			Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.End, End: p.End,
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		return Report{Replay: res}, fmt.Errorf("rebuild of table %q interrupted before publish: %w", opts.Table, err)
+	}
+	err = gen.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, opts.Table, cp) })
+	if err != nil {
+		return Report{Replay: res}, fmt.Errorf("publish table %q: %w", opts.Table, err)
+	}
+	published, err := opts.DB.Table(opts.Table)
+	if err != nil {
+		return Report{Replay: res}, err
+	}
+	log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
+		Int64("keys", published.Keys).Dur("took", time.Since(started)).Msg("published")
+	return Report{Meta: published, Checkpoint: cp, Replay: res}, nil
+}
