@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// run builds the app and maps its error to an exit code; it is main without
+// the process, so tests can call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:  "kmaterialize",
+		Usage: "rebuild tables from Kafka topics into an embedded bbolt database",
+		Description: `kmaterialize replays a Kafka topic up to the end offsets captured when it
+starts, folds the records into a fresh generation of a table, and publishes it
+atomically only when every partition is complete. It never joins, commits to,
+resets or deletes any consumer group.
+
+Exit codes: 0 ok, 1 unexpected error, 2 bad usage, 3 data conflict,
+4 incomplete replay, 5 Kafka unavailable or topic missing, 6 key/table not found.
+
+Try: kmaterialize demo`,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
+		},
+		Commands: []*cli.Command{
+			rebuildCommand(),
+			getCommand(),
+			scanCommand(),
+			tablesCommand(),
+			describeCommand(),
+			demoCommand(),
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageErrorf("%v", err)
+		},
+	}
+	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return 0
+	}
+	code := exitCode(err)
+	fmt.Fprintf(stderr, "kmaterialize: %v\n", err)
+	if h := hint(err); h != "" {
+		fmt.Fprintf(stderr, "Try: %s\n", h)
+	}
+	return code
+}
+
+func stdoutOf(c *cli.Context) io.Writer {
+	if w, ok := c.App.Metadata["stdout"].(io.Writer); ok {
+		return w
+	}
+	return os.Stdout
+}
+
+func stderrOf(c *cli.Context) io.Writer {
+	if w, ok := c.App.Metadata["stderr"].(io.Writer); ok {
+		return w
+	}
+	return os.Stderr
+}
+
+// usageError is bad input from the command line: exit code 2.
+type usageError struct{ msg, hint string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func isUsage(err error) bool {
+	var u *usageError
+	return errors.As(err, &u)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// Field keys shared by every log line.
+const (
+	keyTopic      = "topic"
+	keyPartition  = "partition"
+	keyTable      = "table"
+	keyGeneration = "generation"
+)
+
+func dbFlag(required bool) cli.Flag {
+	return &cli.StringFlag{Name: "db", Usage: "path of the bbolt database `FILE`", Required: required, EnvVars: []string{"KMATERIALIZE_DB"}}
+}
+
+func brokersFlag() cli.Flag {
+	return &cli.StringFlag{Name: "brokers", Aliases: []string{"b"}, Usage: "bootstrap brokers `HOST:PORT[,HOST:PORT]`", EnvVars: []string{"KMATERIALIZE_BROKERS"}}
+}
+
+func topicFlag() cli.Flag {
+	return &cli.StringFlag{Name: "topic", Aliases: []string{"t"}, Usage: "Kafka `TOPIC`", Required: true}
+}
+
+func propsFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "X", Usage: "librdkafka property `KEY=VALUE` (repeatable), e.g. -X security.protocol=SASL_SSL"}
+}
+
+func stallFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this long (also bounds metadata requests)"}
+}
+
+// parseProps turns repeated -X key=value flags into a map.
+func parseProps(c *cli.Context) (map[string]string, error) {
+	props := map[string]string{}
+	for _, kv := range c.StringSlice("X") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, &usageError{msg: fmt.Sprintf("-X %q: want KEY=VALUE", kv), hint: "-X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN"}
+		}
+		props[strings.TrimSpace(k)] = v
+	}
+	return props, nil
+}
+
+func brokers(c *cli.Context, props map[string]string) (string, error) {
+	b := c.String("brokers")
+	if b == "" && props["bootstrap.servers"] == "" {
+		return "", &usageError{msg: "no brokers given", hint: "--brokers HOST:PORT, or export KMATERIALIZE_BROKERS=HOST:PORT"}
+	}
+	return b, nil
+}
+
+// newLogger sets up zerolog once: human console output on a terminal, JSON
+// lines otherwise, always on stderr.
+func newLogger(c *cli.Context) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.String("log-level"))
+	if err != nil || c.String("log-level") == "" {
+		return zerolog.Nop(), usageErrorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+	}
+	w := stderrOf(c)
+	format := c.String("log-format")
+	switch format {
+	case "auto":
+		if isTerminal(w) {
+			format = "console"
+		} else {
+			format = "json"
+		}
+	case "console", "json":
+	default:
+		return zerolog.Nop(), usageErrorf("--log-format %q: want auto, console or json", format)
+	}
+	var log zerolog.Logger
+	if format == "console" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"})
+	} else {
+		log = zerolog.New(w)
+	}
+	return log.Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// openRead opens the database read-only for a query.
+func openRead(c *cli.Context) (*store.DB, error) {
+	path := c.String("db")
+	if path == "" {
+		return nil, &usageError{msg: "--db is required", hint: "--db balances.db"}
+	}
+	return store.Open(path, &store.Options{ReadOnly: true})
+}
+
+// tableNotFound is the exit-6 error for a query on a table that does not
+// exist; store's error already lists the tables there are.
+func requireTable(db *store.DB, name string) (store.TableMeta, error) {
+	return db.Table(name)
+}

@@ -1,0 +1,30 @@
+// Command kmaterialize rebuilds tables from Apache Kafka topics into an
+// embedded bbolt database and answers queries about them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A second signal forces the exit: the first one asked for a clean
+	// stop (nothing published, generation dropped) and that is taking
+	// too long for the operator.
+	go func() {
+		<-ctx.Done()
+		stop()
+		forced := make(chan os.Signal, 1)
+		signal.Notify(forced, os.Interrupt, syscall.SIGTERM)
+		<-forced
+		fmt.Fprintln(os.Stderr, "kmaterialize: second signal, exiting now")
+		os.Exit(130)
+	}()
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

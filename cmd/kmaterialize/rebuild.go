@@ -1,0 +1,196 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+func rebuildCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "rebuild",
+		Usage:     "replay a topic up to its current end and publish a fresh table",
+		UsageText: "kmaterialize rebuild --brokers HOST:PORT --topic TOPIC --db FILE [options]",
+		Description: `Replays every partition of TOPIC from its earliest retained offset (or from
+--from-offsets / --from-timestamp) up to the end offsets captured once at the
+start, folds the records into a new generation of the table and publishes it
+atomically. A failed or interrupted rebuild publishes nothing: readers keep
+the previous table. The replay never joins or commits to any consumer group.
+
+Records are read with isolation.level=read_committed. With --end high (the
+default) the end is the high watermark; if an open transaction holds the last
+stable offset below it, the rebuild waits for it, up to --stall-timeout, then
+exits 4. --end stable stops at the last stable offset captured at start and
+never waits, but leaves out records committed after the oldest open
+transaction.
+
+Examples:
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-offsets 0=120,2=7
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-timestamp 2026-11-29T10:00:00Z
+  $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
+      -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
+		Flags: []cli.Flag{
+			brokersFlag(), topicFlag(), dbFlag(true),
+			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
+			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
+			&cli.StringFlag{Name: "from-timestamp", Usage: "start each partition at the first record with timestamp >= `TIME` (RFC 3339 or epoch milliseconds)"},
+			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
+			stallFlag(), propsFlag(),
+			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+		},
+		Action: func(c *cli.Context) error {
+			o, err := newRebuildOptions(c)
+			if err != nil {
+				return err
+			}
+			return o.run(c)
+		},
+	}
+}
+
+type rebuildOptions struct {
+	table    string
+	dbPath   string
+	cfg      replay.Config
+	interval time.Duration
+}
+
+func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
+	if c.NArg() > 0 {
+		return nil, usageErrorf("unexpected argument %q", c.Args().First())
+	}
+	props, err := parseProps(c)
+	if err != nil {
+		return nil, err
+	}
+	b, err := brokers(c, props)
+	if err != nil {
+		return nil, err
+	}
+	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval")}
+	if o.table == "" {
+		o.table = c.String("topic")
+	}
+	o.cfg = replay.Config{Brokers: b, Topic: c.String("topic"), Props: props, StallTimeout: c.Duration("stall-timeout")}
+	if o.cfg.StallTimeout <= 0 {
+		return nil, usageErrorf("--stall-timeout must be positive")
+	}
+	switch end := c.String("end"); end {
+	case "high":
+		o.cfg.End = replay.EndHigh
+	case "stable":
+		o.cfg.End = replay.EndStable
+	default:
+		return nil, usageErrorf("--end %q: want high or stable", end)
+	}
+	if c.IsSet("from-offsets") && c.IsSet("from-timestamp") {
+		return nil, usageErrorf("--from-offsets and --from-timestamp are exclusive")
+	}
+	if s := c.String("from-offsets"); c.IsSet("from-offsets") {
+		offs, err := parseOffsets(s)
+		if err != nil {
+			return nil, err
+		}
+		o.cfg.Start.Offsets = offs
+	}
+	if s := c.String("from-timestamp"); c.IsSet("from-timestamp") {
+		ts, err := parseTimestamp(s)
+		if err != nil {
+			return nil, err
+		}
+		o.cfg.Start.Timestamp = ts
+	}
+	return o, nil
+}
+
+// parseOffsets parses "0=120,2=7".
+func parseOffsets(s string) (map[int32]int64, error) {
+	bad := func(part, why string) error {
+		return &usageError{msg: fmt.Sprintf("--from-offsets %q: %q %s", s, part, why), hint: "--from-offsets 0=120,2=7 (PARTITION=OFFSET pairs, comma separated)"}
+	}
+	out := map[int32]int64{}
+	if strings.TrimSpace(s) == "" {
+		return nil, bad(s, "is empty")
+	}
+	for _, part := range strings.Split(s, ",") {
+		ps, os, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, bad(part, "is not PARTITION=OFFSET")
+		}
+		p, err := strconv.ParseInt(strings.TrimSpace(ps), 10, 32)
+		if err != nil || p < 0 {
+			return nil, bad(part, "has no valid partition number")
+		}
+		off, err := strconv.ParseInt(strings.TrimSpace(os), 10, 64)
+		if err != nil || off < 0 {
+			return nil, bad(part, "has no valid offset (a non-negative integer)")
+		}
+		if _, dup := out[int32(p)]; dup {
+			return nil, bad(part, "names a partition twice")
+		}
+		out[int32(p)] = off
+	}
+	return out, nil
+}
+
+// parseTimestamp accepts RFC 3339 or epoch milliseconds.
+func parseTimestamp(s string) (time.Time, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if ms < 0 {
+			return time.Time{}, usageErrorf("--from-timestamp %q: negative epoch milliseconds", s)
+		}
+		return time.UnixMilli(ms), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, &usageError{msg: fmt.Sprintf("--from-timestamp %q: not RFC 3339 or epoch milliseconds", s), hint: "--from-timestamp 2026-11-29T10:00:00Z or --from-timestamp 1795993200000"}
+	}
+	return t, nil
+}
+
+func (o *rebuildOptions) run(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	db, err := store.Open(o.dbPath, nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if n := db.Cleaned(); n > 0 {
+		log.Warn().Int("generations", n).Str("db", o.dbPath).Msg("removed unpublished generations left by an interrupted rebuild")
+	}
+	o.cfg.Log = log
+	prog := newProgress(stderrOf(c), log, o.interval)
+	o.cfg.Progress = prog.update
+	o.cfg.ProgressInterval = prog.tick()
+	log.Info().Str(keyTopic, o.cfg.Topic).Str(keyTable, o.table).Str("db", o.dbPath).Str("end", string(o.cfg.End)).Msg("rebuild started")
+	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Log: log})
+	prog.finish()
+	if err != nil {
+		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", o.table, o.cfg.Topic, err)
+	}
+	m := rep.Meta
+	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped, in %s\n",
+		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, m.Duration.Round(time.Millisecond))
+	return nil
+}
+
+func sortedParts(m map[int32]int64) []int32 {
+	out := make([]int32, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

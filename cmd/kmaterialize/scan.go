@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+)
+
+func scanCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "scan",
+		Usage:     "print a table's rows in key order",
+		UsageText: "kmaterialize scan --db FILE --table TABLE [--prefix P] [--limit N] [--format json|jsonl|tsv] [--base64]",
+		Description: `Prints rows in ascending key (byte) order.
+
+  json   (default) one JSON object mapping key to value, keys sorted
+  jsonl  one {"key":...,"value":...} object per line
+  tsv    key TAB value per line
+
+Keys and values are printed as UTF-8 strings. A key or value that is not
+valid UTF-8 is never mangled: the scan fails naming the key, unless --base64
+is given, which prints every key and value base64-encoded (standard encoding).
+In tsv, a key or value containing a tab or newline is refused the same way.
+
+Examples:
+  $ kmaterialize scan --db balances.db --table account-balances
+  $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv`,
+		Flags: []cli.Flag{
+			dbFlag(true),
+			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
+			&cli.StringFlag{Name: "prefix", Usage: "only keys starting with `PREFIX`"},
+			&cli.IntFlag{Name: "limit", Usage: "at most `N` rows (0: all)"},
+			&cli.StringFlag{Name: "format", Value: "json", Usage: "json, jsonl or tsv"},
+			&cli.BoolFlag{Name: "base64", Usage: "print keys and values base64-encoded"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageErrorf("unexpected argument %q", c.Args().First())
+			}
+			f, err := newRowFormatter(c.String("format"), c.Bool("base64"))
+			if err != nil {
+				return err
+			}
+			if c.Int("limit") < 0 {
+				return usageErrorf("--limit must not be negative")
+			}
+			db, err := openRead(c)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			table := c.String("table")
+			if _, err := db.Table(table); err != nil {
+				return err
+			}
+			var prefix []byte
+			if c.IsSet("prefix") {
+				prefix = []byte(c.String("prefix"))
+			}
+			bw := bufio.NewWriterSize(stdoutOf(c), 64<<10)
+			f.begin(bw)
+			err = db.Scan(table, prefix, c.Int("limit"), func(k, v []byte) error { return f.row(bw, k, v) })
+			if err != nil {
+				return fmt.Errorf("scan table %q: %w", table, err)
+			}
+			f.end(bw)
+			return bw.Flush()
+		},
+	}
+}
+
+// rowFormatter prints rows in one of the scan formats.
+type rowFormatter struct {
+	format string
+	b64    bool
+	n      int
+}
+
+func newRowFormatter(format string, b64 bool) (*rowFormatter, error) {
+	switch format {
+	case "json", "jsonl", "tsv":
+		return &rowFormatter{format: format, b64: b64}, nil
+	}
+	return nil, usageErrorf("--format %q: want json, jsonl or tsv", format)
+}
+
+func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
+	if f.b64 {
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
+	if !utf8.Valid(b) {
+		return "", &usageError{msg: fmt.Sprintf("the %s of key %q is not valid UTF-8", what, k), hint: "add --base64 to print keys and values base64-encoded"}
+	}
+	if f.format == "tsv" && bytes.ContainsAny(b, "\t\n") {
+		return "", &usageError{msg: fmt.Sprintf("the %s of key %q contains a tab or newline, which tsv cannot show", what, k), hint: "--format jsonl, or --base64"}
+	}
+	return string(b), nil
+}
+
+func (f *rowFormatter) begin(w io.Writer) {
+	if f.format == "json" {
+		io.WriteString(w, "{")
+	}
+}
+
+func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
+	ks, err := f.text("key", k, k)
+	if err != nil {
+		return err
+	}
+	vs, err := f.text("value", k, v)
+	if err != nil {
+		return err
+	}
+	switch f.format {
+	case "json":
+		kj, _ := json.Marshal(ks)
+		vj, _ := json.Marshal(vs)
+		if f.n > 0 {
+			io.WriteString(w, ",")
+		}
+		io.WriteString(w, "\n  ")
+		w.Write(kj)
+		io.WriteString(w, ": ")
+		w.Write(vj)
+	case "jsonl":
+		line, _ := json.Marshal(struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		}{ks, vs})
+		w.Write(line)
+		io.WriteString(w, "\n")
+	case "tsv":
+		fmt.Fprintf(w, "%s\t%s\n", ks, vs)
+	}
+	f.n++
+	return nil
+}
+
+func (f *rowFormatter) end(w io.Writer) {
+	if f.format == "json" {
+		if f.n > 0 {
+			io.WriteString(w, "\n")
+		}
+		io.WriteString(w, "}\n")
+	}
+}

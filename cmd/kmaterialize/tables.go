@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+func tablesCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "tables",
+		Usage:     "list the tables in a database with how and when they were built",
+		UsageText: "kmaterialize tables --db FILE [--format text|json]",
+		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
+how long it took, records read and skipped, and per partition the start
+offset, the end mark (high watermark or LSO captured at start) and the end
+position reached.
+
+Examples:
+  $ kmaterialize tables --db balances.db
+  $ kmaterialize tables --db balances.db --format json`,
+		Flags: []cli.Flag{
+			dbFlag(true),
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
+		},
+		Action: func(c *cli.Context) error {
+			format := c.String("format")
+			if format != "text" && format != "json" {
+				return usageErrorf("--format %q: want text or json", format)
+			}
+			db, err := openRead(c)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			infos, err := loadTables(db)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(stdoutOf(c))
+				enc.SetIndent("", "  ")
+				return enc.Encode(infos)
+			}
+			return printTables(stdoutOf(c), db.Path(), infos)
+		},
+	}
+}
+
+type tableInfo struct {
+	store.TableMeta
+	EndMark    string                 `json:"end_mark"`
+	Partitions []checkpoint.Partition `json:"partitions"`
+}
+
+func loadTables(db *store.DB) ([]tableInfo, error) {
+	metas, err := db.Tables()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tableInfo, 0, len(metas))
+	err = db.View(func(tx *bolt.Tx) error {
+		for _, m := range metas {
+			cp, _, err := checkpoint.Load(tx, m.Name)
+			if err != nil {
+				return fmt.Errorf("checkpoint of table %q: %w", m.Name, err)
+			}
+			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, Partitions: cp.Partitions})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func printTables(w io.Writer, path string, infos []tableInfo) error {
+	if len(infos) == 0 {
+		_, err := fmt.Fprintf(w, "no tables in %s\n", path)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, t := range infos {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintf(tw, "table %s\n", t.Name)
+		fmt.Fprintf(tw, "  topic:\t%s\n", t.Topic)
+		fmt.Fprintf(tw, "  fold:\t%s%s\n", t.Fold, params(t.Params))
+		fmt.Fprintf(tw, "  generation:\t%d\n", t.Generation)
+		fmt.Fprintf(tw, "  keys:\t%d\n", t.Keys)
+		fmt.Fprintf(tw, "  built:\t%s (took %s)\n", t.BuiltAt.Local().Format(time.RFC3339), t.Duration.Round(time.Millisecond))
+		fmt.Fprintf(tw, "  records read:\t%d\n", t.Records)
+		fmt.Fprintf(tw, "  records skipped:\t%d\n", t.Skipped)
+		keys := make([]string, 0, len(t.Extra))
+		for k := range t.Extra {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(tw, "  %s:\t%d\n", strings.ReplaceAll(k, "_", " "), t.Extra[k])
+		}
+		fmt.Fprintf(tw, "  end mark:\t%s\n", t.EndMark)
+		fmt.Fprintf(tw, "  partition\tlow\tstart\tend mark\treached\n")
+		for _, p := range t.Partitions {
+			fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\n", p.Partition, p.Low, p.Start, p.High, p.End)
+		}
+	}
+	return tw.Flush()
+}
+
+func params(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
