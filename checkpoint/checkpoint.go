@@ -37,16 +37,16 @@ var ErrInvalid = errors.New("invalid checkpoint")
 
 // Partition is one partition's bounds and position.
 type Partition struct {
-	Partition int32
+	Partition int32 `json:"partition"`
 	// Low is the partition's retained low offset captured at the start.
-	Low int64
+	Low int64 `json:"low"`
 	// Start is the first offset the rebuild read from.
-	Start int64
+	Start int64 `json:"start"`
 	// High is the end mark captured at the start (high watermark or LSO,
 	// per Checkpoint.EndMark).
-	High int64
+	High int64 `json:"high"`
 	// End is the position reached; == High when the partition is complete.
-	End int64
+	End int64 `json:"end"`
 }
 
 // Checkpoint is one table's positions for the generation it was published

@@ -148,33 +148,5 @@ func (db *DB) Get(table string, key []byte) ([]byte, error) {
 // a read transaction, and a write that grows the file would wait for it
 // forever. If fn returns an error, Scan stops and returns it unchanged.
 func (db *DB) Scan(table string, prefix []byte, limit int, fn func(k, v []byte) error) error {
-	return db.bolt.View(func(tx *bolt.Tx) error {
-		_, rows, err := db.lookup(tx, table)
-		if err != nil {
-			return err
-		}
-		c := rows.Cursor()
-		var k, v []byte
-		if len(prefix) == 0 {
-			k, v = c.First()
-		} else {
-			k, v = c.Seek(prefix)
-		}
-		for n := 0; k != nil; k, v = c.Next() {
-			if len(prefix) > 0 && !bytes.HasPrefix(k, prefix) {
-				return nil
-			}
-			if limit > 0 && n >= limit {
-				return nil
-			}
-			if v == nil {
-				v = []byte{}
-			}
-			if err := fn(k, v); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
-	})
+	return db.ReadTable(table, func(s *Snapshot) error { return s.Rows(prefix, limit, fn) })
 }

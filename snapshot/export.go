@@ -1,0 +1,172 @@
+package snapshot
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// FormatVersion is the export document's format version.
+const FormatVersion = 1
+
+// ErrNotUTF8 is returned when a key or value is not valid UTF-8 and
+// Options.Base64 is off.
+var ErrNotUTF8 = errors.New("not valid UTF-8")
+
+// Options tune an export. The zero value is the default.
+type Options struct {
+	// Base64 encodes every key and value in standard base64 (and says so
+	// in the document's "encoding" field). Without it, a key or value that
+	// is not valid UTF-8 fails the export.
+	Base64 bool
+}
+
+// header is everything but the rows, in the order it is written.
+type header struct {
+	Format     int                    `json:"format"`
+	Table      string                 `json:"table"`
+	Topic      string                 `json:"topic"`
+	Fold       string                 `json:"fold"`
+	Params     map[string]string      `json:"params"`
+	EndMark    string                 `json:"end_mark"`
+	Encoding   string                 `json:"encoding"`
+	Partitions []checkpoint.Partition `json:"partitions"`
+	Totals     map[string]int64       `json:"totals"`
+}
+
+// Write writes table as one JSON document to w, from one consistent read of
+// db.
+func Write(db *store.DB, table string, w io.Writer, opts Options) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	err := db.ReadTable(table, func(s *store.Snapshot) error {
+		cp, _, err := checkpoint.Load(s.Tx, table)
+		if err != nil {
+			return fmt.Errorf("checkpoint of table %q: %w", table, err)
+		}
+		h := header{
+			Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
+			Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
+			Partitions: cp.Partitions,
+			Totals: map[string]int64{
+				"records_read":    s.Meta.Records,
+				"records_skipped": s.Meta.Skipped,
+				"keys":            s.Meta.Keys,
+			},
+		}
+		if h.Params == nil {
+			h.Params = map[string]string{}
+		}
+		if h.Partitions == nil {
+			h.Partitions = []checkpoint.Partition{}
+		}
+		for k, v := range s.Meta.Extra {
+			h.Totals[k] = v
+		}
+		if opts.Base64 {
+			h.Encoding = "base64"
+		}
+		hb, err := json.MarshalIndent(h, "", "  ")
+		if err != nil {
+			return err
+		}
+		// Splice the rows in as the last member of the object.
+		bw.Write(hb[:len(hb)-2])
+		io.WriteString(bw, ",\n  \"rows\": {")
+		n := 0
+		err = s.Rows(nil, 0, func(k, v []byte) error {
+			ks, err := text(k, k, "key", opts)
+			if err != nil {
+				return err
+			}
+			vs, err := text(k, v, "value", opts)
+			if err != nil {
+				return err
+			}
+			kj, _ := json.Marshal(ks)
+			vj, _ := json.Marshal(vs)
+			if n > 0 {
+				bw.WriteByte(',')
+			}
+			io.WriteString(bw, "\n    ")
+			bw.Write(kj)
+			io.WriteString(bw, ": ")
+			bw.Write(vj)
+			n++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			io.WriteString(bw, "\n  ")
+		}
+		io.WriteString(bw, "}\n}\n")
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("export table %q: %w", table, err)
+	}
+	return bw.Flush()
+}
+
+func text(key, b []byte, what string, opts Options) (string, error) {
+	if opts.Base64 {
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
+	if !utf8.Valid(b) {
+		return "", fmt.Errorf("the %s of key %q is %w (export with --base64)", what, key, ErrNotUTF8)
+	}
+	return string(b), nil
+}
+
+// WriteFile exports table to path atomically: it writes a temporary file in
+// the same directory, fsyncs it, renames it over path and fsyncs the
+// directory. On any error the previous file at path is untouched and the
+// temporary file is removed.
+func WriteFile(db *store.DB, table, path string, opts Options) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("export to %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := Write(db, table, tmp, opts); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("export to %s: fsync: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("export to %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("export to %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("export to %s: rename: %w", path, err)
+	}
+	// The rename is durable only once the directory entry is.
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("export to %s: open directory: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("export to %s: fsync directory: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Snapshot is one consistent read view of a published table: its metadata,
+// its rows and, through Tx, anything else committed with it (for example its
+// checkpoint). It is valid only during the function passed to ReadTable.
+type Snapshot struct {
+	Meta TableMeta
+	Tx   *bolt.Tx
+	rows *bolt.Bucket
+}
+
+// ReadTable calls fn with a snapshot of table, all in one read transaction,
+// so metadata, rows and checkpoint agree even if a publish happens meanwhile.
+func (db *DB) ReadTable(table string, fn func(s *Snapshot) error) error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		m, rows, err := db.lookup(tx, table)
+		if err != nil {
+			return err
+		}
+		return fn(&Snapshot{Meta: m, Tx: tx, rows: rows})
+	})
+}
+
+// Rows calls fn for each row in ascending key order, as Scan does, with the
+// same validity rules for k and v.
+func (s *Snapshot) Rows(prefix []byte, limit int, fn func(k, v []byte) error) error {
+	c := s.rows.Cursor()
+	var k, v []byte
+	if len(prefix) == 0 {
+		k, v = c.First()
+	} else {
+		k, v = c.Seek(prefix)
+	}
+	for n := 0; k != nil; k, v = c.Next() {
+		if len(prefix) > 0 && !bytes.HasPrefix(k, prefix) {
+			return nil
+		}
+		if limit > 0 && n >= limit {
+			return nil
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+		n++
+	}
+	return nil
+}
