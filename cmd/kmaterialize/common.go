@@ -26,7 +26,7 @@ func dbFlag(required bool) cli.Flag {
 }
 
 func brokersFlag() cli.Flag {
-	return &cli.StringFlag{Name: "brokers", Aliases: []string{"b"}, Usage: "bootstrap brokers `HOST:PORT[,HOST:PORT]`", EnvVars: []string{"KMATERIALIZE_BROKERS"}}
+	return &cli.StringFlag{Name: "brokers", Aliases: []string{"b"}, Usage: "bootstrap `BROKERS`, comma separated HOST:PORT", EnvVars: []string{"KMATERIALIZE_BROKERS"}}
 }
 
 func topicFlag() cli.Flag {

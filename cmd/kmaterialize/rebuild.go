@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -36,9 +37,11 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-offsets 0=120,2=7
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-timestamp 2026-11-29T10:00:00Z
+  $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
+      --fold count --identity-field event_id --group-field booth --catalog booths.json
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			brokersFlag(), topicFlag(), dbFlag(true),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
 			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
@@ -46,7 +49,7 @@ Examples:
 			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
-		},
+		}, foldFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := newRebuildOptions(c)
 			if err != nil {
@@ -58,6 +61,7 @@ Examples:
 }
 
 type rebuildOptions struct {
+	folder   fold.Folder
 	table    string
 	dbPath   string
 	cfg      replay.Config
@@ -79,6 +83,9 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval")}
 	if o.table == "" {
 		o.table = c.String("topic")
+	}
+	if o.folder, err = newFolder(c, c.String("topic")); err != nil {
+		return nil, err
 	}
 	o.cfg = replay.Config{Brokers: b, Topic: c.String("topic"), Props: props, StallTimeout: c.Duration("stall-timeout")}
 	if o.cfg.StallTimeout <= 0 {
@@ -175,7 +182,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	o.cfg.Progress = prog.update
 	o.cfg.ProgressInterval = prog.tick()
 	log.Info().Str(keyTopic, o.cfg.Topic).Str(keyTable, o.table).Str("db", o.dbPath).Str("end", string(o.cfg.End)).Msg("rebuild started")
-	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Log: log})
+	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Fold: o.folder, Log: log})
 	prog.finish()
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", o.table, o.cfg.Topic, err)
