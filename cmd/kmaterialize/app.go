@@ -46,6 +46,13 @@ Try: kmaterialize demo`,
 			return usageErrorf("%v", err)
 		},
 	}
+	// A command's flag errors go to the command's OnUsageError, not the
+	// app's: without this an unknown flag of a command would exit 1.
+	for _, cmd := range app.Commands {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = app.OnUsageError
+		}
+	}
 	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
 	err := app.RunContext(ctx, args)
 	if err == nil {
