@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -31,21 +32,43 @@ type Plan struct {
 // capture discovers the partitions and captures their marks, without
 // resolving starts.
 func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
-	plan := Plan{Topic: c.Topic, End: c.End}
-	tctx, cancel := context.WithTimeout(ctx, c.StallTimeout)
-	defer cancel()
-	res, err := cl.admin.DescribeTopics(tctx, kafka.NewTopicCollectionOfTopicNames([]string{c.Topic}),
-		kafka.SetAdminRequestTimeout(c.StallTimeout))
+	plan, err := Marks(ctx, cl.admin, c.Topic, c.StallTimeout)
+	plan.End = c.End
 	if err != nil {
-		return plan, wrapErr("metadata", c.Topic, -1, -1, err)
+		return plan, err
+	}
+	for i := range plan.Partitions {
+		pb := &plan.Partitions[i]
+		pb.Start = pb.Low
+		pb.End = pb.High
+		if c.End == EndStable {
+			pb.End = pb.LSO
+		}
+	}
+	return plan, nil
+}
+
+// Marks discovers topic's partitions from metadata (never creating it) and
+// captures each one's leader, retained low, high watermark (read_uncommitted
+// ListOffsets) and last stable offset (read_committed ListOffsets), each
+// request bounded by timeout. Start and End are left at zero. The copier
+// uses it too, so both agree on what "the end" of a topic is.
+func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) (Plan, error) {
+	plan := Plan{Topic: topic}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := admin.DescribeTopics(tctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}),
+		kafka.SetAdminRequestTimeout(timeout))
+	if err != nil {
+		return plan, wrapErr("metadata", topic, -1, -1, err)
 	}
 	if len(res.TopicDescriptions) != 1 {
-		return plan, &Error{Op: "metadata", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka,
+		return plan, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrKafka,
 			Detail: fmt.Sprintf("metadata answered %d topics for one asked", len(res.TopicDescriptions))}
 	}
 	td := res.TopicDescriptions[0]
 	if td.Error.Code() != kafka.ErrNoError {
-		return plan, wrapErr("metadata", c.Topic, -1, -1, td.Error)
+		return plan, wrapErr("metadata", topic, -1, -1, td.Error)
 	}
 	for _, p := range td.Partitions {
 		leader := int32(-1)
@@ -56,61 +79,59 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	}
 	sort.Slice(plan.Partitions, func(i, j int) bool { return plan.Partitions[i].Partition < plan.Partitions[j].Partition })
 	if len(plan.Partitions) == 0 {
-		return plan, &Error{Op: "metadata", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
-			Detail: fmt.Sprintf("topic %q has no partitions", c.Topic)}
+		return plan, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
+			Detail: fmt.Sprintf("topic %q has no partitions", topic)}
 	}
-
-	lows, err := listOffsets(ctx, cl, c, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+	lows, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 	if err != nil {
 		return plan, err
 	}
 	// The high watermark as a read_uncommitted ListOffsets reports it; on a
 	// read_committed handle librdkafka's QueryWatermarkOffsets would
 	// answer the LSO instead.
-	highs, err := listOffsets(ctx, cl, c, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+	highs, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 	if err != nil {
 		return plan, err
 	}
-	lsos, err := listOffsets(ctx, cl, c, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
+	lsos, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
 	if err != nil {
 		return plan, err
 	}
 	for i := range plan.Partitions {
 		pb := &plan.Partitions[i]
 		pb.Low, pb.High, pb.LSO = lows[pb.Partition], highs[pb.Partition], lsos[pb.Partition]
-		pb.Start = pb.Low
-		pb.End = pb.High
-		if c.End == EndStable {
-			pb.End = pb.LSO
-		}
 	}
 	return plan, nil
 }
 
+// LSOs asks for each partition's current last stable offset.
+func LSOs(ctx context.Context, admin *kafka.AdminClient, plan Plan, timeout time.Duration) (map[int32]int64, error) {
+	return listOffsets(ctx, admin, plan.Topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
+}
+
 // listOffsets asks ListOffsets for every partition of the plan.
-func listOffsets(ctx context.Context, cl *clients, c Config, plan Plan, spec kafka.OffsetSpec, iso kafka.IsolationLevel) (map[int32]int64, error) {
+func listOffsets(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration, plan Plan, spec kafka.OffsetSpec, iso kafka.IsolationLevel) (map[int32]int64, error) {
 	req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(plan.Partitions))
-	topic := c.Topic
 	for _, p := range plan.Partitions {
 		req[kafka.TopicPartition{Topic: &topic, Partition: p.Partition}] = spec
 	}
-	tctx, cancel := context.WithTimeout(ctx, c.StallTimeout)
+	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := cl.admin.ListOffsets(tctx, req, kafka.SetAdminIsolationLevel(iso),
-		kafka.SetAdminRequestTimeout(c.StallTimeout))
+	res, err := admin.ListOffsets(tctx, req, kafka.SetAdminIsolationLevel(iso),
+		kafka.SetAdminRequestTimeout(timeout))
 	if err != nil {
-		return nil, wrapErr("list-offsets", c.Topic, -1, -1, err)
+		return nil, wrapErr("list-offsets", topic, -1, -1, err)
 	}
 	out := make(map[int32]int64, len(res.ResultInfos))
 	for tp, info := range res.ResultInfos {
 		if info.Error.Code() != kafka.ErrNoError {
-			return nil, wrapErr("list-offsets", c.Topic, tp.Partition, -1, info.Error)
+			return nil, wrapErr("list-offsets", topic, tp.Partition, -1, info.Error)
 		}
 		out[tp.Partition] = int64(info.Offset)
 	}
 	for _, p := range plan.Partitions {
 		if _, ok := out[p.Partition]; !ok {
-			return nil, &Error{Op: "list-offsets", Topic: c.Topic, Partition: p.Partition, Offset: -1, Kind: ErrKafka,
+			return nil, &Error{Op: "list-offsets", Topic: topic, Partition: p.Partition, Offset: -1, Kind: ErrKafka,
 				Detail: "ListOffsets answered nothing for this partition"}
 		}
 	}
@@ -154,7 +175,7 @@ func resolveStarts(ctx context.Context, cl *clients, c Config, plan *Plan) error
 		}
 	case !c.Start.Timestamp.IsZero():
 		ms := c.Start.Timestamp.UnixMilli()
-		offs, err := listOffsets(ctx, cl, c, *plan, kafka.NewOffsetSpecForTimestamp(ms), kafka.IsolationLevelReadUncommitted)
+		offs, err := listOffsets(ctx, cl.admin, c.Topic, c.StallTimeout, *plan, kafka.NewOffsetSpecForTimestamp(ms), kafka.IsolationLevelReadUncommitted)
 		if err != nil {
 			return err
 		}

@@ -264,7 +264,7 @@ func (r *reader) flush() error {
 func (r *reader) clientError(ctx context.Context, partition int32, err error) error {
 	var ke kafka.Error
 	if errors.As(err, &ke) && (ke.Code() == kafka.ErrAutoOffsetReset || ke.Code() == kafka.ErrOffsetOutOfRange) {
-		lows, lerr := listOffsets(ctx, r.cl, r.c, r.plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+		lows, lerr := listOffsets(ctx, r.cl.admin, r.c.Topic, r.c.StallTimeout, r.plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 		for _, st := range r.order {
 			if st.done || (partition >= 0 && st.bounds.Partition != partition) {
 				continue
@@ -286,7 +286,7 @@ func (r *reader) clientError(ctx context.Context, partition int32, err error) er
 // the open transaction when that is what holds a partition back.
 func (r *reader) stallError(ctx context.Context) error {
 	var lsos map[int32]int64
-	if l, err := listOffsets(ctx, r.cl, r.c, r.plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted); err == nil {
+	if l, err := listOffsets(ctx, r.cl.admin, r.c.Topic, r.c.StallTimeout, r.plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted); err == nil {
 		lsos = l
 	}
 	var parts []string
