@@ -27,6 +27,15 @@ type Record struct {
 	Timestamp time.Time
 	Key       []byte
 	Value     []byte
+	// Headers are the record's headers, filled only when the reader was
+	// asked for them (replay.Config.Headers); folds need not look.
+	Headers []Header
+}
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
 }
 
 // KV is an ordered byte key-value namespace inside the generation being built.

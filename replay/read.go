@@ -174,13 +174,20 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 			st.pos = st.bounds.End
 			return true, r.finish(st)
 		}
-		r.batch = append(r.batch, fold.Record{
+		rec := fold.Record{
 			Partition: e.TopicPartition.Partition,
 			Offset:    off,
 			Timestamp: e.Timestamp,
 			Key:       e.Key,
 			Value:     e.Value,
-		})
+		}
+		if r.c.Headers && len(e.Headers) > 0 {
+			rec.Headers = make([]fold.Header, len(e.Headers))
+			for i, h := range e.Headers {
+				rec.Headers[i] = fold.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		r.batch = append(r.batch, rec)
 		r.records++
 		st.pos = off + 1
 		st.waiting = false
