@@ -53,6 +53,9 @@ type Config struct {
 	// BatchRecords is the most records handed to the sink at once.
 	// Default 20000.
 	BatchRecords int
+	// Headers asks for record headers in fold.Record.Headers (off by
+	// default: converting them costs an allocation per record).
+	Headers bool
 	// ProgressInterval is how often Progress is called. Default 1s.
 	ProgressInterval time.Duration
 	// Progress, if set, is called from the read loop with a snapshot.
