@@ -39,6 +39,8 @@ Try: kmaterialize demo`,
 			exportCommand(),
 			tablesCommand(),
 			describeCommand(),
+			copyCommand(),
+			verifyCommand(),
 			demoCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -29,6 +30,10 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData):
 		return exitConflict
+	case errors.As(err, new(*errLedgerMismatch)):
+		return exitConflict
+	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
+		return exitIncomplete
 	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound):
 		return exitUnavailable
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
@@ -49,6 +54,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.Is(err, copier.ErrFenced):
+		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
 		return "stop the other kmaterialize process holding the database, or wait for its rebuild to finish"
 	case errors.Is(err, replay.ErrTopicNotFound):

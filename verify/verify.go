@@ -1,0 +1,222 @@
+// Package verify owns the ledger check of a copy: every source record is in
+// the destination, and none is there more often than in the source.
+//
+// Both topics are read with the replay's rules (read_committed, up to the end
+// offsets captured at start, completion by position) and compared as
+// multisets of records: a record the source holds twice must be in the
+// destination twice. Records are identified by a SHA-256 over key, value and
+// headers (or the value only); memory grows with the number of distinct
+// records, about 100 bytes each.
+package verify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+)
+
+// Config describes one check.
+type Config struct {
+	Brokers      string
+	Props        map[string]string
+	From, To     string
+	ByValue      bool // compare values only (not keys and headers)
+	StallTimeout time.Duration
+	Examples     int // examples kept per kind; default 5
+	Log          zerolog.Logger
+}
+
+// Position is one record's place in a topic.
+type Position struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// Example is one record that is missing or duplicated, with where it sits
+// on each side.
+type Example struct {
+	Key         string     `json:"key,omitempty"`
+	Value       string     `json:"value"`
+	Source      []Position `json:"source"`
+	Destination []Position `json:"destination"`
+	SourceCount int64      `json:"source_count"`
+	DestCount   int64      `json:"destination_count"`
+}
+
+// Report is the outcome. OK is true when Missing and Duplicated are zero.
+type Report struct {
+	From               string    `json:"from"`
+	To                 string    `json:"to"`
+	By                 string    `json:"by"`
+	SourceRecords      int64     `json:"source_records"`
+	DestinationRecords int64     `json:"destination_records"`
+	Missing            int64     `json:"missing"`
+	Duplicated         int64     `json:"duplicated"`
+	MissingExamples    []Example `json:"missing_examples"`
+	DuplicatedExamples []Example `json:"duplicated_examples"`
+	OK                 bool      `json:"ok"`
+}
+
+type entry struct {
+	src, dst       int64
+	srcPos, dstPos []Position // first few
+	key, value     string     // shortened, for examples
+}
+
+const keepPositions = 3
+
+// Run reads both topics and compares them.
+func Run(ctx context.Context, c Config) (Report, error) {
+	if c.Examples <= 0 {
+		c.Examples = 5
+	}
+	rep := Report{From: c.From, To: c.To, By: "key,value,headers", MissingExamples: []Example{}, DuplicatedExamples: []Example{}}
+	if c.ByValue {
+		rep.By = "value"
+	}
+	seen := map[[32]byte]*entry{}
+	read := func(topic string, src bool) (int64, error) {
+		cfg := replay.Config{Brokers: c.Brokers, Props: c.Props, Topic: topic, StallTimeout: c.StallTimeout,
+			Headers: !c.ByValue, Log: c.Log}
+		res, err := replay.Run(ctx, cfg, func(batch []fold.Record) error {
+			for i := range batch {
+				r := &batch[i]
+				h := identity(r, c.ByValue)
+				e := seen[h]
+				if e == nil {
+					e = &entry{key: short(r.Key), value: short(r.Value)}
+					seen[h] = e
+				}
+				pos := Position{r.Partition, r.Offset}
+				if src {
+					e.src++
+					if len(e.srcPos) < keepPositions {
+						e.srcPos = append(e.srcPos, pos)
+					}
+				} else {
+					e.dst++
+					if len(e.dstPos) < keepPositions {
+						e.dstPos = append(e.dstPos, pos)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", topic, err)
+		}
+		return res.Records, nil
+	}
+	var err error
+	if rep.SourceRecords, err = read(c.From, true); err != nil {
+		return rep, err
+	}
+	if rep.DestinationRecords, err = read(c.To, false); err != nil {
+		return rep, err
+	}
+	var missing, dups []*entry
+	for _, e := range seen {
+		switch {
+		case e.src > e.dst:
+			rep.Missing += e.src - e.dst
+			missing = append(missing, e)
+		case e.dst > e.src:
+			rep.Duplicated += e.dst - e.src
+			dups = append(dups, e)
+		}
+	}
+	rep.MissingExamples = examples(missing, c.Examples, true)
+	rep.DuplicatedExamples = examples(dups, c.Examples, false)
+	rep.OK = rep.Missing == 0 && rep.Duplicated == 0
+	return rep, nil
+}
+
+// examples picks the first n entries by source (or destination) position,
+// so the report is the same on every run.
+func examples(es []*entry, n int, bySource bool) []Example {
+	first := func(e *entry) Position {
+		ps := e.dstPos
+		if bySource {
+			ps = e.srcPos
+		}
+		if len(ps) == 0 {
+			ps = append(e.srcPos, e.dstPos...)
+		}
+		return ps[0]
+	}
+	sort.Slice(es, func(i, j int) bool {
+		a, b := first(es[i]), first(es[j])
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.Offset < b.Offset
+	})
+	out := []Example{}
+	for _, e := range es {
+		if len(out) == n {
+			break
+		}
+		out = append(out, Example{Key: e.key, Value: e.value, Source: orEmpty(e.srcPos), Destination: orEmpty(e.dstPos),
+			SourceCount: e.src, DestCount: e.dst})
+	}
+	return out
+}
+
+func orEmpty(p []Position) []Position {
+	if p == nil {
+		return []Position{}
+	}
+	return p
+}
+
+// identity hashes what makes two records the same: length-prefixed key,
+// value and headers (order kept), with null distinguished from empty.
+func identity(r *fold.Record, byValue bool) [32]byte {
+	h := sha256.New()
+	var n [9]byte
+	field := func(b []byte, null bool) {
+		if null {
+			n[0] = 0
+			h.Write(n[:1])
+			return
+		}
+		n[0] = 1
+		binary.BigEndian.PutUint64(n[1:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	if !byValue {
+		field(r.Key, r.Key == nil)
+	}
+	field(r.Value, r.Value == nil)
+	if !byValue {
+		binary.BigEndian.PutUint64(n[1:], uint64(len(r.Headers)))
+		h.Write(n[1:])
+		for _, hd := range r.Headers {
+			field([]byte(hd.Key), false)
+			field(hd.Value, hd.Value == nil)
+		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+func short(b []byte) string {
+	const max = 64
+	if b == nil {
+		return ""
+	}
+	if len(b) > max {
+		return fmt.Sprintf("%q...", b[:max])
+	}
+	return fmt.Sprintf("%q", b)
+}
