@@ -54,9 +54,15 @@ Try: kmaterialize demo`,
 		if cmd.OnUsageError == nil {
 			cmd.OnUsageError = app.OnUsageError
 		}
+		checkRequired(cmd)
 	}
+	unknown := ""
+	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
 	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
 	err := app.RunContext(ctx, args)
+	if err == nil && unknown != "" {
+		err = &usageError{msg: fmt.Sprintf("unknown command %q", unknown), hint: "kmaterialize help"}
+	}
 	if err == nil {
 		return 0
 	}
@@ -94,4 +100,30 @@ func usageErrorf(format string, args ...any) error {
 func isUsage(err error) bool {
 	var u *usageError
 	return errors.As(err, &u)
+}
+
+// checkRequired moves urfave/cli's required-flag check into the command's
+// action, where a missing flag becomes a usage error (exit 2): urfave's own
+// check returns an error of an unexported type that would exit 1.
+func checkRequired(cmd *cli.Command) {
+	var required []string
+	for _, f := range cmd.Flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Required {
+			sf.Required = false
+			sf.Usage += " (required)"
+			required = append(required, sf.Name)
+		}
+	}
+	if len(required) == 0 || cmd.Action == nil {
+		return
+	}
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		for _, name := range required {
+			if c.String(name) == "" {
+				return &usageError{msg: fmt.Sprintf("--%s is required", name), hint: "kmaterialize " + cmd.Name + " --help"}
+			}
+		}
+		return action(c)
+	}
 }
