@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // Latest is the "latest" fold: the table holds, for every record key, the
@@ -13,7 +14,7 @@ import (
 // Keys and values are the record bytes, unchanged.
 //
 // Within one Fold call, Latest first keeps only the last record of each key
-// (in memory, without copying the bytes), then writes the survivors to the
+// (in memory, copying each distinct key once), then writes the survivors to the
 // Table in ascending key order, which is what a B+tree writes fastest.
 //
 // Across partitions there is no order: if the same key appears in two
@@ -27,7 +28,20 @@ type Latest struct {
 	records int64
 	skipped int64
 	slotOf  map[string]int // key -> index into last; emptied after each call
-	last    []int          // per distinct key: index of its last record in the batch
+	last    []latestSlot   // per distinct key: its last record in the batch
+	keys    []byte         // the batch's distinct keys, back to back
+}
+
+// maxKeptKeys bounds the key scratch a Latest keeps between calls.
+const maxKeptKeys = 8 << 20
+
+// latestSlot is one distinct key of a batch and the index of its last
+// record. The key is a copy in Latest.keys: the distinct keys then sit
+// together in memory, so the map lookups and the sort's comparisons read a
+// few contiguous megabytes instead of one scattered allocation per record.
+type latestSlot struct {
+	key []byte
+	i   int
 }
 
 // NewLatest returns a "latest" fold.
@@ -50,6 +64,14 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 	if l.slotOf == nil {
 		l.slotOf = make(map[string]int)
 	}
+	need := 0
+	for i := range batch {
+		need += len(batch[i].Key)
+	}
+	keys := l.keys[:0]
+	if cap(keys) < need {
+		keys = make([]byte, 0, need) // never grows below: no copy moves
+	}
 	last := l.last[:0]
 	for i := range batch {
 		k := batch[i].Key
@@ -57,22 +79,38 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 			l.skipped++
 			continue
 		}
-		// The lookup with string(k) does not allocate; only a new key does.
-		if s, ok := l.slotOf[string(k)]; ok {
-			last[s] = i
+		// The map's keys alias the copies in keys, which are not modified
+		// until the map is emptied, before Fold returns.
+		if s, ok := l.slotOf[unsafe.String(unsafe.SliceData(k), len(k))]; ok {
+			last[s].i = i
 			continue
 		}
-		l.slotOf[string(k)] = len(last)
-		last = append(last, i)
+		if len(k) > 0 {
+			start := len(keys)
+			keys = append(keys, k...)
+			k = keys[start:len(keys):len(keys)]
+		}
+		l.slotOf[unsafe.String(unsafe.SliceData(k), len(k))] = len(last)
+		last = append(last, latestSlot{key: k, i: i})
 	}
 	clear(l.slotOf)
-	l.last = last
+	defer func() {
+		// Keep the arrays for the next call, not the record positions.
+		clear(last)
+		l.last = last[:0]
+		if cap(keys) <= maxKeptKeys {
+			l.keys = keys[:0]
+		} else {
+			l.keys = nil
+		}
+	}()
 
-	if !slices.IsSortedFunc(last, func(a, b int) int { return bytes.Compare(batch[a].Key, batch[b].Key) }) {
-		slices.SortFunc(last, func(a, b int) int { return bytes.Compare(batch[a].Key, batch[b].Key) })
+	cmpKeys := func(a, b latestSlot) int { return bytes.Compare(a.key, b.key) }
+	if !slices.IsSortedFunc(last, cmpKeys) {
+		slices.SortFunc(last, cmpKeys)
 	}
-	for _, i := range last {
-		r := &batch[i]
+	for _, sl := range last {
+		r := &batch[sl.i]
 		if r.Value == nil {
 			if err := t.Delete(r.Key); err != nil {
 				return fmt.Errorf("fold latest: delete key of %d@%d: %w", r.Partition, r.Offset, err)

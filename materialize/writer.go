@@ -13,24 +13,34 @@ import (
 // writer's own error is reported instead.
 var errWriterFailed = errors.New("table writer failed")
 
-// writer folds batches into the generation on its own goroutine, so the
-// replay keeps polling while a transaction commits. It buffers record
-// batches up to a byte budget and folds them in one write transaction:
-// memory is bounded by the budget plus the batches in the channel.
+// writer folds batches into the generation off the replay's goroutine, so
+// the replay keeps polling while a transaction folds and commits. It is two
+// stages: a collector buffers record batches up to the byte budget, then
+// hands the buffer to a folder that folds it in one write transaction while
+// the collector fills the next buffer. At most one buffer is being folded
+// and one filled, so memory is bounded by about twice the budget plus the
+// batches in the channel, never by the number of records read.
+//
+// The channel holds inBatches replay batches: enough that the replay keeps
+// polling through a slow commit (the first one, which lays out a fresh
+// tree, takes longest) instead of stalling on send.
 type writer struct {
 	gen    *store.Generation
 	folder fold.Folder
 	budget int
 
 	in   chan []fold.Record
-	done chan struct{} // closed when the goroutine ends
-	err  error         // set by the goroutine before done closes
+	done chan struct{} // closed when both stages have ended
+	err  error         // set before done closes
 	once sync.Once
 }
 
+// inBatches is the capacity, in replay batches, of the writer's input.
+const inBatches = 8
+
 func newWriter(gen *store.Generation, f fold.Folder, budget int) *writer {
 	return &writer{gen: gen, folder: f, budget: budget,
-		in: make(chan []fold.Record, 4), done: make(chan struct{})}
+		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
 }
 
 func (w *writer) start(ctx context.Context) {
@@ -47,7 +57,7 @@ func (w *writer) send(batch []fold.Record) error {
 	}
 }
 
-// close ends the input, waits for the goroutine and returns its error.
+// close ends the input, waits for both stages and returns the first error.
 func (w *writer) close() error {
 	w.once.Do(func() { close(w.in) })
 	<-w.done
@@ -56,35 +66,86 @@ func (w *writer) close() error {
 
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)
-	var pending []fold.Record
-	size := 0
-	flush := func() error {
-		if len(pending) == 0 {
-			return nil
+	full := make(chan []fold.Record)     // collector -> folder; unbuffered
+	spare := make(chan []fold.Record, 2) // folded buffers, for reuse
+	failed := make(chan struct{})        // closed by the folder on its first error
+	var foldErr error
+	folded := make(chan struct{})
+	go func() {
+		defer close(folded)
+		for pending := range full {
+			if foldErr == nil {
+				foldErr = w.gen.Write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
+				if foldErr != nil {
+					close(failed)
+				}
+			}
+			// Drop the references to the record bytes, keep the array.
+			clear(pending)
+			select {
+			case spare <- pending[:0]:
+			default:
+			}
 		}
-		err := w.gen.Write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
-		pending, size = pending[:0:0], 0
-		return err
+	}()
+	err := w.collect(ctx, full, spare, failed)
+	close(full)
+	<-folded
+	switch {
+	case foldErr != nil:
+		w.err = foldErr
+	case err != nil:
+		w.err = err
+	}
+	if w.err != nil {
+		w.drain()
+	}
+}
+
+// collect buffers batches up to the budget and hands each full buffer to
+// the folder. It returns ctx's error, or errWriterFailed once the folder
+// failed.
+func (w *writer) collect(ctx context.Context, full chan<- []fold.Record, spare <-chan []fold.Record, failed <-chan struct{}) error {
+	var pending []fold.Record
+	size, last := 0, 0
+	handOff := func() error {
+		select {
+		case full <- pending:
+		case <-failed:
+			return errWriterFailed
+		}
+		// The next buffer will likely hold as many records: size it once
+		// rather than growing it by copies.
+		last = len(pending)
+		pending, size = nil, 0
+		select {
+		case p := <-spare:
+			pending = p
+		default:
+		}
+		return nil
 	}
 	for batch := range w.in {
-		if ctx.Err() != nil {
-			w.err = ctx.Err()
-			w.drain()
-			return
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if pending == nil {
+			pending = make([]fold.Record, 0, max(last, len(batch)))
 		}
 		pending = append(pending, batch...)
 		for i := range batch {
 			size += len(batch[i].Key) + len(batch[i].Value) + 64
 		}
 		if size >= w.budget {
-			if err := flush(); err != nil {
-				w.err = err
-				w.drain()
-				return
+			if err := handOff(); err != nil {
+				return err
 			}
 		}
 	}
-	w.err = flush()
+	if len(pending) == 0 {
+		return nil
+	}
+	return handOff()
 }
 
 // drain discards what the replay still sends until it notices; send also

@@ -117,6 +117,11 @@ func (g *Generation) Write(fn func(t fold.Table) error) error {
 		if rows == nil || index == nil {
 			return fmt.Errorf("%w: generation %d has no rows or index bucket", ErrCorrupt, g.id)
 		}
+		// Folds write each transaction's rows in ascending key order
+		// (fold.Latest does), and a rebuild rewrites most pages at every
+		// commit: full pages mean half the pages to split, write and
+		// rewrite of the default 50%.
+		rows.FillPercent = rowsFillPercent
 		t := &genTable{kv: kv{b: rows, arena: &g.arena}, index: index}
 		if err := fn(t); err != nil {
 			fnErr = err
@@ -140,6 +145,12 @@ func (g *Generation) bucket(tx *bolt.Tx) *bolt.Bucket {
 	}
 	return gens.Bucket(g.key)
 }
+
+// rowsFillPercent is how full bbolt packs the rows bucket's pages when it
+// splits them. bbolt's default (0.5) suits random inserts into a long-lived
+// tree; a generation is written in sorted runs and never updated after
+// publication.
+const rowsFillPercent = 1.0
 
 // Publish makes the generation the table's published version, in one bbolt
 // transaction that:
