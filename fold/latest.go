@@ -21,7 +21,9 @@ import (
 // partitions, the batch folded last wins. Kafka's default partitioner keeps
 // a key in one partition, so this only matters for topics produced otherwise.
 //
-// An empty, non-nil key is a present key and is passed to the Table as is.
+// A record whose key is empty (present, zero bytes) is skipped and counted
+// like a null key: a table row needs a non-empty key (bbolt cannot store an
+// empty one), and Kafka producers that mean "no key" sometimes send one.
 //
 // A Latest is not safe for concurrent use.
 type Latest struct {
@@ -49,6 +51,11 @@ func NewLatest() *Latest {
 	return &Latest{slotOf: make(map[string]int)}
 }
 
+// PutsRecordValuesOnly reports that every value Latest writes is a record's
+// Value slice, unchanged and not copied: a caller whose record bytes outlive
+// the write transaction may let the store skip copying them.
+func (l *Latest) PutsRecordValuesOnly() bool { return true }
+
 // Name returns "latest".
 func (l *Latest) Name() string { return "latest" }
 
@@ -75,7 +82,7 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 	last := l.last[:0]
 	for i := range batch {
 		k := batch[i].Key
-		if k == nil {
+		if len(k) == 0 {
 			l.skipped++
 			continue
 		}
@@ -128,7 +135,7 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 func (l *Latest) Finish(t Table) error { return nil }
 
 // Stats reports Records (every record handed in) and Skipped (records with a
-// null key). Latest has no Extra counters: they would depend on how the
+// null or empty key). Latest has no Extra counters: they would depend on how the
 // records were cut into batches.
 func (l *Latest) Stats() Stats {
 	return Stats{Records: l.records, Skipped: l.skipped}

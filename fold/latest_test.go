@@ -43,6 +43,8 @@ func TestLatestBasics(t *testing.T) {
 		{"tombstone of absent key", [][]Record{{rec(0, 0, s("zz"), nil)}}, map[string]string{}, Stats{Records: 1}},
 		{"empty value is a value", [][]Record{{rec(0, 0, s("a"), s(""))}}, map[string]string{"a": ""}, Stats{Records: 1}},
 		{"null key with null value", [][]Record{{rec(0, 0, nil, nil)}}, map[string]string{}, Stats{Records: 1, Skipped: 1}},
+		{"empty key skipped", [][]Record{{rec(0, 0, s(""), s("x")), rec(0, 1, s("a"), s("1"))}},
+			map[string]string{"a": "1"}, Stats{Records: 2, Skipped: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,6 +64,20 @@ func (w *writer) close() error {
 	return w.err
 }
 
+// recordValuesOnly is implemented by folds whose every Put value is a
+// record's value bytes, unchanged (fold.Latest). The replay never reuses
+// those bytes, so the store may keep them without copying.
+type recordValuesOnly interface{ PutsRecordValuesOnly() bool }
+
+// write folds one buffer in one transaction, without copying values when
+// the fold only writes record bytes.
+func (w *writer) write(fn func(t fold.Table) error) error {
+	if f, ok := w.folder.(recordValuesOnly); ok && f.PutsRecordValuesOnly() {
+		return w.gen.WriteStable(fn)
+	}
+	return w.gen.Write(fn)
+}
+
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)
 	full := make(chan []fold.Record)     // collector -> folder; unbuffered
@@ -75,7 +89,7 @@ func (w *writer) loop(ctx context.Context) {
 		defer close(folded)
 		for pending := range full {
 			if foldErr == nil {
-				foldErr = w.gen.Write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
+				foldErr = w.write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
 				if foldErr != nil {
 					close(failed)
 				}

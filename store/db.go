@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -83,6 +84,11 @@ func Open(path string, opts *Options) (*DB, error) {
 		// fsynced at every commit.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Reserve 1 GiB of address space for the mmap up front (not memory,
+		// not disk): every time bbolt grows its mapping it must wait for
+		// readers and remap, which a fresh rebuild would otherwise do
+		// several times during its first commits.
+		InitialMmapSize: initialMmapSize(o.ReadOnly),
 	})
 	if err != nil {
 		return nil, openError(path, timeout, err)
@@ -220,3 +226,12 @@ func (db *DB) Bolt() *bolt.DB { return db.bolt }
 // View runs fn in a read-only bbolt transaction, for reads that must be
 // consistent with the tables (for example a table's checkpoint).
 func (db *DB) View(fn func(tx *bolt.Tx) error) error { return db.bolt.View(fn) }
+
+// initialMmapSize is 1 GiB for writers on 64-bit platforms, 0 (bbolt's
+// default) for read-only opens, which never grow the file.
+func initialMmapSize(readOnly bool) int {
+	if readOnly || strconv.IntSize < 64 {
+		return 0
+	}
+	return 1 << 30
+}
