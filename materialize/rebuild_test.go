@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
@@ -24,6 +25,9 @@ import (
 // small enough to need many write transactions, and compares the published
 // table and checkpoint with a plain fold.
 func TestLatestRebuildAgainstOracle(t *testing.T) {
+	// Every goroutine the rebuild starts (writer stages, log forwarders,
+	// librdkafka's Go side) has ended when Rebuild returns.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
