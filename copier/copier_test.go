@@ -397,3 +397,41 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 		t.Fatalf("duplicated example %+v, want v6 twice", ex)
 	}
 }
+
+// TestCommitTimeoutRetriedAsCommit delays the first EndTxn past the
+// copier's call timeout: the commit's outcome is unknown, so it must be
+// retried as a commit (no abort, no redo) and the copy stays exactly-once.
+func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
+	want := ledger(t, "ledger-t", 2, 60)
+	if err := broker.CreateTopic("ledger-t-copy", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	delayed := false
+	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if r.TransactionalID != "ledger-t-copy-txn" || !r.Commit {
+			broker.Cluster.KeepControl()
+			return nil, nil, false
+		}
+		once.Do(func() {
+			delayed = true
+			broker.Cluster.SleepControl(func() { time.Sleep(1500 * time.Millisecond) })
+		})
+		return nil, nil, false
+	})
+	c := cfg(t, "ledger-t", "ledger-t-copy")
+	c.CallTimeout = 300 * time.Millisecond
+	c.BatchRecords = 1000 // one transaction
+	sum, err := copier.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !delayed || sum.Retries == 0 || sum.Aborts != 0 {
+		t.Fatalf("summary %+v (delayed %v): want a retried commit and no abort", sum, delayed)
+	}
+	if diff := cmp.Diff(want, readCommitted(t, "ledger-t-copy")); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+	verifyClean(t, "ledger-t", "ledger-t-copy")
+}

@@ -369,10 +369,9 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 	}
 	// The transactional calls run to completion even after a signal: an
 	// interrupted commit has an unknown outcome.
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.StallTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	if r.c.Abort {
-		if err := r.p.AbortTransaction(tctx); err != nil {
+		if err := r.retry(ctx, "abort transaction", r.p.AbortTransaction); err != nil {
 			return r.classifyFatal("abort transaction", err)
 		}
 		r.sum.Records += r.batch
@@ -394,15 +393,23 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("consumer group metadata: %w", err)
 		}
-		if err := r.retry(tctx, "send offsets to transaction", func() error {
-			return r.p.SendOffsetsToTransaction(tctx, offsets, meta)
+		if err := r.retry(ctx, "send offsets to transaction", func(actx context.Context) error {
+			return r.p.SendOffsetsToTransaction(actx, offsets, meta)
 		}); err != nil {
 			return r.txnFailure(ctx, "send offsets to transaction", err)
 		}
 	}
 	// A commit that fails retriably (a timeout among them) has an unknown
 	// outcome: retry it as a commit, never abort it.
-	if err := r.retry(tctx, "commit transaction", func() error { return r.p.CommitTransaction(tctx) }); err != nil {
+	if err := r.retry(ctx, "commit transaction", r.p.CommitTransaction); err != nil {
+		var ke kafka.Error
+		if errors.As(err, &ke) && ke.IsRetriable() && !ke.TxnRequiresAbort() && !ke.IsFatal() {
+			// Still unknown after StallTimeout: stop without aborting.
+			// The next copier with this transactional id resolves the
+			// transaction at init, consistently with the group offsets.
+			return fmt.Errorf("commit transaction: outcome still unknown after %s of retries; not aborting it: rerun with the same --transactional-id to resolve it: %w",
+				r.c.StallTimeout, err)
+		}
 		return r.txnFailure(ctx, "commit transaction", err)
 	}
 	for _, tp := range offsets {
@@ -418,22 +425,27 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 	return nil
 }
 
-// retry calls fn until it succeeds, fails non-retriably, or ctx ends.
-func (r *copyRun) retry(ctx context.Context, op string, fn func() error) error {
+// retry calls fn, each attempt bounded by CallTimeout, until it succeeds,
+// fails with an error that is not retriable, or StallTimeout has passed; it
+// then returns the last error.
+func (r *copyRun) retry(ctx context.Context, op string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(r.c.StallTimeout)
 	for {
-		err := fn()
+		actx, cancel := context.WithTimeout(ctx, min(r.c.CallTimeout, time.Until(deadline)))
+		err := fn(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}
 		var ke kafka.Error
-		if !errors.As(err, &ke) || !ke.IsRetriable() || ke.IsFatal() || ke.TxnRequiresAbort() {
+		if !errors.As(err, &ke) || !ke.IsRetriable() || ke.IsFatal() || ke.TxnRequiresAbort() || time.Now().After(deadline) {
 			return err
 		}
 		r.sum.Retries++
 		r.log.Warn().Err(err).Str("op", op).Msg("retriable error, retrying")
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: gave up retrying: %w", op, err)
+			return err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -463,9 +475,7 @@ func (r *copyRun) txnFailure(ctx context.Context, op string, err error) error {
 // touched to the group's committed offset (or where the transaction began
 // reading it).
 func (r *copyRun) abortOpen(ctx context.Context, why string) error {
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.StallTimeout)
-	defer cancel()
-	if err := r.retry(tctx, "abort transaction", func() error { return r.p.AbortTransaction(tctx) }); err != nil {
+	if err := r.retry(context.WithoutCancel(ctx), "abort transaction", r.p.AbortTransaction); err != nil {
 		return r.classifyFatal("abort transaction ("+why+")", err)
 	}
 	r.inTxn, r.batch = false, 0
