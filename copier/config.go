@@ -31,6 +31,10 @@ type Config struct {
 	// StallTimeout bounds how long the copy may make no progress (and how
 	// long metadata and retried calls may take). Default 30s.
 	StallTimeout time.Duration
+	// CallTimeout bounds one attempt of a transactional call (send
+	// offsets, commit, abort); a timed-out attempt is retried until
+	// StallTimeout. Default 10s.
+	CallTimeout time.Duration
 	// ProgressInterval is how often progress is logged. Default 5s.
 	ProgressInterval time.Duration
 	Log              zerolog.Logger
@@ -45,6 +49,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = 30 * time.Second
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 10 * time.Second
 	}
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = 5 * time.Second
