@@ -435,3 +435,83 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 	}
 	verifyClean(t, "ledger-t", "ledger-t-copy")
 }
+
+// syncBuffer is a log sink the test can search while the copier writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Contains(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Contains(s.b.String(), sub)
+}
+
+// TestFencedWhileCommitting holds the first copier's commit until a second
+// copier with the same transactional id has finished and the first one's
+// static group member has been fenced too; released, the first copier must
+// stop with ErrFenced (not hang in the consumer's Close) and the destination
+// stays exactly-once.
+func TestFencedWhileCommitting(t *testing.T) {
+	ledger(t, "ledger-h", 2, 100)
+	if err := broker.CreateTopic("ledger-h-copy", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	held := make(chan struct{})
+	var once sync.Once
+	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if r.TransactionalID != "ledger-h-copy-txn" || !r.Commit {
+			broker.Cluster.KeepControl()
+			return nil, nil, false
+		}
+		hold := false
+		once.Do(func() { hold = true })
+		if !hold {
+			broker.Cluster.KeepControl()
+			return nil, nil, false
+		}
+		close(held)
+		broker.Cluster.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	var logs syncBuffer
+	first := cfg(t, "ledger-h", "ledger-h-copy")
+	first.Follow = true
+	first.Log = zerolog.New(&logs)
+	var firstErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, firstErr = copier.Run(context.Background(), first)
+	}()
+	<-held
+	if _, err := copier.Run(context.Background(), cfg(t, "ledger-h", "ledger-h-copy")); err != nil {
+		t.Fatalf("second copier: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !logs.Contains("fenced") {
+		if time.Now().After(deadline) {
+			t.Fatal("the first copier's consumer was never fenced")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fenced copier hangs")
+	}
+	if !errors.Is(firstErr, copier.ErrFenced) {
+		t.Fatalf("first copier ended with %v, want ErrFenced", firstErr)
+	}
+	verifyClean(t, "ledger-h", "ledger-h-copy")
+}

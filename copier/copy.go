@@ -39,6 +39,10 @@ type copyRun struct {
 	sum      Summary
 	progress time.Time // last time records were copied or offsets committed
 	failed   error     // set by the rebalance callback
+
+	consLogs      sync.WaitGroup // the consumer's log forwarder
+	consumerFatal bool           // the consumer raised a fatal error (fenced)
+	closing       bool           // set before Close: the rebalance callback stands down
 }
 
 // Run copies c.From to c.To exactly once and returns the summary; on error
@@ -54,6 +58,11 @@ func Run(ctx context.Context, c Config) (Summary, error) {
 	err := r.open(ctx, &wg)
 	if err == nil {
 		err = r.loop(ctx)
+	}
+	if errors.Is(err, ErrFenced) || errors.Is(err, ErrFatal) {
+		// A newer copier with our group.instance.id may fence the
+		// consumer at any moment now: close it as a fenced one.
+		r.consumerFatal = true
 	}
 	if cerr := r.close(); cerr != nil && err == nil {
 		err = cerr
@@ -141,8 +150,8 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
 	}
-	wg.Add(1)
-	go forwardLogs(r.cons.Logs(), r.log, wg)
+	r.consLogs.Add(1)
+	go forwardLogs(r.cons.Logs(), r.log, &r.consLogs)
 	if err := r.cons.SubscribeTopics([]string{c.From}, r.rebalance); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.From, err)
 	}
@@ -151,13 +160,38 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
+// consumerCloseGrace is how long close waits for a fenced consumer's Close.
+const consumerCloseGrace = 3 * time.Second
+
 func (r *copyRun) close() error {
 	var errs []error
 	if r.cons != nil {
+		r.closing = true
 		// Static membership: no LeaveGroup is sent, so a restart with the
 		// same transactional id takes the partitions back at once.
-		if err := r.cons.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close consumer: %w", err))
+		if !r.consumerFatal {
+			if err := r.cons.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close consumer: %w", err))
+			}
+			r.consLogs.Wait()
+		} else {
+			// confluent-kafka-go v2.11.1's Close polls forever when the
+			// consumer has a fatal error (fenced static member): it drops
+			// rd_kafka_consumer_close_queue's error (fixed upstream in
+			// confluent-kafka-go PR #1588, not released here). Give it a
+			// grace period, then leave it to the process's exit: the CLI
+			// exits right after a fenced copy.
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				_ = r.cons.Close()
+				r.consLogs.Wait()
+			}()
+			select {
+			case <-closed:
+			case <-time.After(consumerCloseGrace):
+				r.log.Warn().Msg("the fenced consumer does not close (confluent-kafka-go bug, fixed upstream in PR #1588); leaving it to the process exit")
+			}
 		}
 	}
 	if r.adm != nil {
@@ -184,6 +218,9 @@ func forwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, wg *sync.WaitGroup)
 // aborted: its records were never committed, and the partitions' next owner
 // starts from the group's committed offsets.
 func (r *copyRun) rebalance(cons *kafka.Consumer, ev kafka.Event) error {
+	if r.closing {
+		return nil // the copy is over; Close is draining the group
+	}
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		parts := make([]kafka.TopicPartition, len(e.Partitions))
@@ -269,7 +306,7 @@ func (r *copyRun) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		if r.inTxn && (r.batch >= int64(r.c.BatchRecords) || time.Since(r.txnStarted) >= r.c.BatchInterval) {
+		if r.inTxn && (r.batch >= int64(r.c.BatchRecords) || time.Since(r.txnStarted) >= r.c.BatchInterval || r.caughtUp()) {
 			if err := r.endTxn(ctx); err != nil {
 				return err
 			}
@@ -348,6 +385,20 @@ func (r *copyRun) beginTxn() error {
 	r.txnStarted = time.Now()
 	r.batch = 0
 	return nil
+}
+
+// caughtUp reports whether a bounded copy has read every assigned partition
+// to its end offset: the open transaction need not wait for more.
+func (r *copyRun) caughtUp() bool {
+	if r.ends == nil || len(r.assigned) == 0 {
+		return false
+	}
+	for p := range r.assigned {
+		if r.pos[p] < r.ends[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // positionsAhead reports whether a partition's position passed the group's
@@ -512,13 +563,9 @@ func (r *copyRun) classifyFatal(op string, err error) error {
 
 func (r *copyRun) consumerError(err error) error {
 	var ke kafka.Error
-	if errors.As(err, &ke) {
-		if ke.Code() == kafka.ErrFencedInstanceID {
-			return r.classifyFatal("consume", err)
-		}
-		if ke.IsFatal() {
-			return r.classifyFatal("consume", err)
-		}
+	if errors.As(err, &ke) && (ke.IsFatal() || ke.Code() == kafka.ErrFencedInstanceID) {
+		r.consumerFatal = true
+		return r.classifyFatal("consume", err)
 	}
 	r.log.Warn().Err(err).Msg("consumer error (retrying)")
 	return nil
