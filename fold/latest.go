@@ -29,9 +29,15 @@ import (
 type Latest struct {
 	records int64
 	skipped int64
-	slotOf  map[string]int // key -> index into last; emptied after each call
-	last    []latestSlot   // per distinct key: its last record in the batch
-	keys    []byte         // the batch's distinct keys, back to back
+
+	// Retained mode (RetainRecords): the last record per key across Fold
+	// calls, written at Finish or when it holds budget bytes.
+	budget  int
+	held    map[string]heldRecord // keys alias record key bytes
+	heldLen int                   // bytes accounted to held
+	slotOf  map[string]int        // key -> index into last; emptied after each call
+	last    []latestSlot          // per distinct key: its last record in the batch
+	keys    []byte                // the batch's distinct keys, back to back
 }
 
 // maxKeptKeys bounds the key scratch a Latest keeps between calls.
@@ -44,6 +50,32 @@ const maxKeptKeys = 8 << 20
 type latestSlot struct {
 	key []byte
 	i   int
+}
+
+// heldRecord is the last record seen for a key in retained mode.
+type heldRecord struct {
+	value     []byte // nil: a tombstone
+	partition int32
+	offset    int64
+}
+
+// heldOverhead is the per-key bookkeeping counted against the budget.
+const heldOverhead = 64
+
+// RetainRecords switches l to retained mode: l keeps the last record per key
+// across Fold calls and writes the survivors in key order only when they
+// hold budget bytes (keys, values and bookkeeping) and at Finish, so a key
+// updated many times is written once per flush instead of once per batch,
+// and a table that fits the budget is written in one sorted pass. Memory is
+// bounded by budget, not by the number of records.
+//
+// The caller promises that the Key and Value bytes of every record handed to
+// Fold stay unchanged until Finish returns (the replay never reuses them):
+// retained mode keeps references instead of copies. Call it before the
+// first Fold.
+func (l *Latest) RetainRecords(budget int) {
+	l.budget = budget
+	l.held = make(map[string]heldRecord)
 }
 
 // NewLatest returns a "latest" fold.
@@ -67,6 +99,9 @@ func (l *Latest) Params() map[string]string { return map[string]string{} }
 // with the position of the record being written; the table is then partly
 // written and must not be published.
 func (l *Latest) Fold(t Table, batch []Record) error {
+	if l.held != nil {
+		return l.foldRetained(t, batch)
+	}
 	l.records += int64(len(batch))
 	if l.slotOf == nil {
 		l.slotOf = make(map[string]int)
@@ -131,8 +166,64 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 	return nil
 }
 
-// Finish does nothing: every Fold call leaves the table complete.
-func (l *Latest) Finish(t Table) error { return nil }
+// foldRetained is Fold in retained mode.
+func (l *Latest) foldRetained(t Table, batch []Record) error {
+	l.records += int64(len(batch))
+	for i := range batch {
+		r := &batch[i]
+		if len(r.Key) == 0 {
+			l.skipped++
+			continue
+		}
+		// The key aliases the record's bytes, which the caller keeps
+		// unchanged until Finish (RetainRecords).
+		k := unsafe.String(unsafe.SliceData(r.Key), len(r.Key))
+		if old, ok := l.held[k]; ok {
+			l.heldLen += len(r.Value) - len(old.value)
+		} else {
+			l.heldLen += len(k) + len(r.Value) + heldOverhead
+		}
+		l.held[k] = heldRecord{value: r.Value, partition: r.Partition, offset: r.Offset}
+	}
+	if l.heldLen >= l.budget {
+		return l.flushHeld(t)
+	}
+	return nil
+}
+
+// flushHeld writes the held records in key order and forgets them.
+func (l *Latest) flushHeld(t Table) error {
+	keys := make([]string, 0, len(l.held))
+	for k := range l.held {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		h := l.held[k]
+		key := unsafe.Slice(unsafe.StringData(k), len(k))
+		if h.value == nil {
+			if err := t.Delete(key); err != nil {
+				return fmt.Errorf("fold latest: delete key of %d@%d: %w", h.partition, h.offset, err)
+			}
+			continue
+		}
+		if err := t.Put(key, h.value); err != nil {
+			return fmt.Errorf("fold latest: put key of %d@%d: %w", h.partition, h.offset, err)
+		}
+	}
+	l.held = make(map[string]heldRecord)
+	l.heldLen = 0
+	return nil
+}
+
+// Finish writes what retained mode still holds; otherwise every Fold call
+// has left the table complete.
+func (l *Latest) Finish(t Table) error {
+	if l.held != nil {
+		return l.flushHeld(t)
+	}
+	return nil
+}
 
 // Stats reports Records (every record handed in) and Skipped (records with a
 // null or empty key). Latest has no Extra counters: they would depend on how the

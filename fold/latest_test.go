@@ -201,34 +201,45 @@ func TestLatestRandom(t *testing.T) {
 				}
 			}
 
-			tab := newMemTable()
-			tab.log = true
-			l := NewLatest()
-			for _, b := range interleave(rng, parts, tc.batch) {
-				cp, wipe := scratchCopy(b)
-				tab.writes = tab.writes[:0]
-				if err := l.Fold(tab, cp); err != nil {
-					t.Fatal(err)
+			// budget 0: per-call mode (bytes wiped after each call, as
+			// the contract allows); otherwise retained mode with a budget
+			// that flushes after every batch, now and then, or never.
+			for _, budget := range []int{0, 1, 4096, 1 << 30} {
+				tab := newMemTable()
+				tab.log = true
+				l := NewLatest()
+				if budget > 0 {
+					l.RetainRecords(budget)
 				}
-				wipe()
-				// Each call writes each key once, in ascending order.
-				for i := 1; i < len(tab.writes); i++ {
-					if bytes.Compare(tab.writes[i-1], tab.writes[i]) >= 0 {
-						t.Fatalf("writes not strictly ascending: %q then %q", tab.writes[i-1], tab.writes[i])
+				for _, b := range interleave(rng, parts, tc.batch) {
+					cp, wipe := scratchCopy(b)
+					if budget > 0 {
+						cp, wipe = b, func() {}
+					}
+					tab.writes = tab.writes[:0]
+					if err := l.Fold(tab, cp); err != nil {
+						t.Fatal(err)
+					}
+					wipe()
+					// Each write pass writes each key once, in ascending order.
+					for i := 1; i < len(tab.writes); i++ {
+						if bytes.Compare(tab.writes[i-1], tab.writes[i]) >= 0 {
+							t.Fatalf("budget %d: writes not strictly ascending: %q then %q", budget, tab.writes[i-1], tab.writes[i])
+						}
 					}
 				}
-			}
-			if err := l.Finish(tab); err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(want, tab.rows()); d != "" {
-				t.Errorf("rows (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(wantStats, l.Stats()); d != "" {
-				t.Errorf("stats (-want +got):\n%s", d)
-			}
-			if len(tab.indexNames()) != 0 {
-				t.Errorf("latest created indexes %v", tab.indexNames())
+				if err := l.Finish(tab); err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(want, tab.rows()); d != "" {
+					t.Errorf("budget %d: rows (-want +got):\n%s", budget, d)
+				}
+				if d := cmp.Diff(wantStats, l.Stats()); d != "" {
+					t.Errorf("budget %d: stats (-want +got):\n%s", budget, d)
+				}
+				if len(tab.indexNames()) != 0 {
+					t.Errorf("latest created indexes %v", tab.indexNames())
+				}
 			}
 		})
 	}

@@ -83,7 +83,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	case werr != nil:
 		return Report{Replay: res}, werr
 	}
-	if err := gen.Write(opts.Fold.Finish); err != nil {
+	if err := w.finish(); err != nil {
 		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
 	}
 

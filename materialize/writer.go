@@ -39,6 +39,9 @@ type writer struct {
 const inBatches = 8
 
 func newWriter(gen *store.Generation, f fold.Folder, budget int) *writer {
+	if r, ok := f.(recordRetainer); ok {
+		r.RetainRecords(budget)
+	}
 	return &writer{gen: gen, folder: f, budget: budget,
 		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
 }
@@ -69,6 +72,11 @@ func (w *writer) close() error {
 // those bytes, so the store may keep them without copying.
 type recordValuesOnly interface{ PutsRecordValuesOnly() bool }
 
+// recordRetainer is implemented by folds that can hold on to records across
+// Fold calls (fold.Latest): the replay never reuses record bytes, so they
+// stay valid until Finish, and the fold may keep up to budget bytes of them.
+type recordRetainer interface{ RetainRecords(budget int) }
+
 // write folds one buffer in one transaction, without copying values when
 // the fold only writes record bytes.
 func (w *writer) write(fn func(t fold.Table) error) error {
@@ -77,6 +85,9 @@ func (w *writer) write(fn func(t fold.Table) error) error {
 	}
 	return w.gen.Write(fn)
 }
+
+// finish runs the fold's Finish in one transaction, after close.
+func (w *writer) finish() error { return w.write(w.folder.Finish) }
 
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)
