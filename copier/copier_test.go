@@ -25,17 +25,7 @@ import (
 
 var broker *localkafka.Broker
 
-func TestMain(m *testing.M) {
-	b, err := localkafka.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	broker = b
-	code := m.Run()
-	b.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
 
 // ledger fills a source topic with n records over parts partitions (each
 // record unique, with a header), ending partition 0 with a committed

@@ -95,7 +95,7 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 		return fmt.Errorf("create producer: %w", err)
 	}
 	wg.Add(2)
-	go forwardLogs(r.p.Logs(), r.log, wg)
+	go replay.ForwardLogs(r.p.Logs(), r.log, wg)
 	go func() { // errors not tied to a call: log them; calls report their own
 		defer wg.Done()
 		for ev := range r.p.Events() {
@@ -151,7 +151,7 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 		return fmt.Errorf("create consumer: %w", err)
 	}
 	r.consLogs.Add(1)
-	go forwardLogs(r.cons.Logs(), r.log, &r.consLogs)
+	go replay.ForwardLogs(r.cons.Logs(), r.log, &r.consLogs)
 	if err := r.cons.SubscribeTopics([]string{c.From}, r.rebalance); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.From, err)
 	}
@@ -201,17 +201,6 @@ func (r *copyRun) close() error {
 		r.p.Close()
 	}
 	return errors.Join(errs...)
-}
-
-func forwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, wg *sync.WaitGroup) {
-	defer wg.Done()
-	for ev := range ch {
-		lvl := zerolog.DebugLevel
-		if ev.Level <= 3 {
-			lvl = zerolog.WarnLevel
-		}
-		log.WithLevel(lvl).Str("librdkafka", ev.Tag).Msg(ev.Message)
-	}
 }
 
 // rebalance runs inside Poll. On a revocation the open transaction is

@@ -1,7 +1,6 @@
 package materialize_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -10,14 +9,4 @@ import (
 
 var broker *localkafka.Broker
 
-func TestMain(m *testing.M) {
-	b, err := localkafka.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	broker = b
-	code := m.Run()
-	b.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }

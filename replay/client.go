@@ -36,7 +36,7 @@ func newClients(c Config) (*clients, error) {
 	}
 	cl := &clients{consumer: consumer, admin: admin, group: group}
 	cl.logsDone.Add(1)
-	go forwardLogs(consumer.Logs(), c.Log, &cl.logsDone)
+	go ForwardLogs(consumer.Logs(), c.Log, &cl.logsDone)
 	return cl, nil
 }
 
@@ -50,10 +50,12 @@ func (cl *clients) Close() error {
 	return err
 }
 
-// forwardLogs turns librdkafka log lines into zerolog events: syslog levels
-// 0-3 as warnings (they usually explain a failure the replay will report),
-// the rest at debug.
-func forwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, done *sync.WaitGroup) {
+// ForwardLogs turns librdkafka log lines (a client's Logs channel, with
+// go.logs.channel.enable) into zerolog events until librdkafka closes the
+// channel at the client's Close, then calls done.Done: syslog levels 0-3 as
+// warnings (they usually explain a failure that will be reported), the rest
+// at debug.
+func ForwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, done *sync.WaitGroup) {
 	defer done.Done()
 	for ev := range ch {
 		lvl := zerolog.DebugLevel

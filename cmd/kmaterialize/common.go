@@ -110,3 +110,25 @@ func openRead(c *cli.Context) (*store.DB, error) {
 func requireTable(db *store.DB, name string) (store.TableMeta, error) {
 	return db.Table(name)
 }
+
+// kafkaOptions are what every command that talks to Kafka needs.
+type kafkaOptions struct {
+	brokers string
+	props   map[string]string
+	log     zerolog.Logger
+}
+
+// parseKafka reads --brokers (or KMATERIALIZE_BROKERS), -X and the logging
+// flags.
+func parseKafka(c *cli.Context) (kafkaOptions, error) {
+	var k kafkaOptions
+	var err error
+	if k.props, err = parseProps(c); err != nil {
+		return k, err
+	}
+	if k.brokers, err = brokers(c, k.props); err != nil {
+		return k, err
+	}
+	k.log, err = newLogger(c)
+	return k, err
+}

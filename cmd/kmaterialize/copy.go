@@ -68,24 +68,16 @@ Examples:
 			if c.Int("batch-records") <= 0 || c.Duration("batch-interval") <= 0 || c.Int64("max-records") < 0 {
 				return usageErrorf("--batch-records and --batch-interval must be positive, --max-records not negative")
 			}
-			props, err := parseProps(c)
-			if err != nil {
-				return err
-			}
-			b, err := brokers(c, props)
-			if err != nil {
-				return err
-			}
-			log, err := newLogger(c)
+			k, err := parseKafka(c)
 			if err != nil {
 				return err
 			}
 			sum, err := copier.Run(c.Context, copier.Config{
-				Brokers: b, Props: props, From: c.String("from"), To: c.String("to"),
+				Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
 				Group: c.String("group"), TransactionalID: c.String("transactional-id"),
 				BatchRecords: c.Int("batch-records"), BatchInterval: c.Duration("batch-interval"),
 				MaxRecords: c.Int64("max-records"), Follow: c.Bool("follow"), Abort: c.Bool("abort"),
-				Repartition: c.Bool("repartition"), StallTimeout: c.Duration("stall-timeout"), Log: log,
+				Repartition: c.Bool("repartition"), StallTimeout: c.Duration("stall-timeout"), Log: k.log,
 			})
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))

@@ -28,20 +28,12 @@ Examples:
 			if format != "text" && format != "json" {
 				return usageErrorf("--format %q: want text or json", format)
 			}
-			props, err := parseProps(c)
+			k, err := parseKafka(c)
 			if err != nil {
 				return err
 			}
-			b, err := brokers(c, props)
-			if err != nil {
-				return err
-			}
-			log, err := newLogger(c)
-			if err != nil {
-				return err
-			}
-			plan, err := replay.Inspect(c.Context, replay.Config{Brokers: b, Topic: c.String("topic"), Props: props,
-				StallTimeout: c.Duration("stall-timeout"), Log: log})
+			plan, err := replay.Inspect(c.Context, replay.Config{Brokers: k.brokers, Topic: c.String("topic"), Props: k.props,
+				StallTimeout: c.Duration("stall-timeout"), Log: k.log})
 			if err != nil {
 				return err
 			}

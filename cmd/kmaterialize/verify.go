@@ -24,20 +24,12 @@ func runVerify(c *cli.Context) error {
 	if by != "record" && by != "value" {
 		return usageErrorf("--by %q: want record or value", by)
 	}
-	props, err := parseProps(c)
+	k, err := parseKafka(c)
 	if err != nil {
 		return err
 	}
-	b, err := brokers(c, props)
-	if err != nil {
-		return err
-	}
-	log, err := newLogger(c)
-	if err != nil {
-		return err
-	}
-	rep, err := verify.Run(c.Context, verify.Config{Brokers: b, Props: props, From: c.String("from"), To: c.String("to"),
-		ByValue: by == "value", StallTimeout: c.Duration("stall-timeout"), Examples: c.Int("examples"), Log: log})
+	rep, err := verify.Run(c.Context, verify.Config{Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
+		ByValue: by == "value", StallTimeout: c.Duration("stall-timeout"), Examples: c.Int("examples"), Log: k.log})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ package localkafka
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -171,4 +172,17 @@ func (b *Broker) GroupOffsets(ctx context.Context) (map[string]map[string]map[in
 		out[g] = m
 	}
 	return out, nil
+}
+
+// RunTests is a package's TestMain in one call: it starts a broker, stores
+// it in *b, runs the tests and stops the broker, returning the exit code.
+func RunTests(m interface{ Run() int }, b **Broker) int {
+	br, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer br.Close()
+	*b = br
+	return m.Run()
 }
