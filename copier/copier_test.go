@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmaterialize/kmaterialize/copier"
@@ -84,39 +83,15 @@ func readCommitted(t *testing.T, topic string) []string {
 	for _, pi := range broker.Cluster.PartitionInfos(topic) {
 		ends[pi.Partition] = pi.HighWatermark
 	}
-	offsets := map[int32]kgo.Offset{}
-	for p := range ends {
-		offsets[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := broker.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	recs, err := broker.ReadCommitted(ctx, topic, ends)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
 	got := []string{}
-	pos := map[int32]int64{}
-	done := func() bool {
-		for p, e := range ends {
-			if pos[p] < e {
-				return false
-			}
+	for _, rs := range recs {
+		for _, r := range rs {
+			got = append(got, fmt.Sprintf("%d|%s|%s", r.Partition, r.Key, r.Value))
 		}
-		return true
-	}
-	for !done() {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("reading %s: %v (positions %v, ends %v)", topic, err, pos, ends)
-		}
-		// Control records (commit and abort markers) are kept only to
-		// follow the position to the high watermark.
-		fs.EachRecord(func(r *kgo.Record) {
-			pos[r.Partition] = r.Offset + 1
-			if !r.Attrs.IsControl() {
-				got = append(got, fmt.Sprintf("%d|%s|%s", r.Partition, r.Key, r.Value))
-			}
-		})
 	}
 	sort.Strings(got)
 	return got

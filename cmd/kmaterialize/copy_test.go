@@ -28,7 +28,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmaterialize/kmaterialize/copier"
@@ -183,42 +182,15 @@ func readCommittedValues(t *testing.T, topic string, ends map[int32]int64) map[i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	offsets := map[int32]kgo.Offset{}
-	for p := range ends {
-		offsets[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := broker.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	recs, err := broker.ReadCommitted(ctx, topic, ends)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
 	got := map[int32][]string{}
-	pos := map[int32]int64{}
-	done := func() bool {
-		for p, e := range ends {
-			if pos[p] < e {
-				return false
-			}
+	for p, rs := range recs {
+		for _, r := range rs {
+			got[p] = append(got[p], string(r.Value))
 		}
-		return true
-	}
-	for !done() {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("reading %s read_committed: %v (positions %v, ends %v)", topic, ctx.Err(), pos, ends)
-		}
-		// Control records are kept only to follow the position past
-		// commit and abort markers.
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= ends[r.Partition] {
-				return
-			}
-			pos[r.Partition] = r.Offset + 1
-			if !r.Attrs.IsControl() {
-				got[r.Partition] = append(got[r.Partition], string(r.Value))
-			}
-		})
 	}
 	return got
 }

@@ -186,3 +186,47 @@ func RunTests(m interface{ Run() int }, b **Broker) int {
 	*b = br
 	return m.Run()
 }
+
+// ReadCommitted reads topic from the start of each partition in ends up to
+// the offset given there, with an independent read_committed client
+// (franz-go), and returns the data records per partition in offset order.
+// Transaction markers are followed (kept, then dropped) so that a partition
+// ending in a marker completes by position.
+func (b *Broker) ReadCommitted(ctx context.Context, topic string, ends map[int32]int64) (map[int32][]*kgo.Record, error) {
+	offsets := map[int32]kgo.Offset{}
+	for p := range ends {
+		offsets[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := b.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	got := map[int32][]*kgo.Record{}
+	pos := map[int32]int64{}
+	done := func() bool {
+		for p, e := range ends {
+			if pos[p] < e {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return got, fmt.Errorf("read %s read_committed: %w (positions %v, ends %v)", topic, err, pos, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return
+			}
+			pos[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				got[r.Partition] = append(got[r.Partition], r)
+			}
+		})
+	}
+	return got, nil
+}
