@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -279,5 +280,70 @@ func TestVotesCheckScenario(t *testing.T) {
 	}
 	if m := v.meta(); m.Records != 6 || m.Extra["logical_events"] != 4 {
 		t.Fatalf("meta = %+v, want 6 records and 4 logical events", m)
+	}
+}
+
+// TestConflictVerdictIndependentOfPartitionOrder reads the conflict
+// scenario's real log with the replay, then folds it partition by partition
+// in forward and in reverse order into real generations: the verdict and the
+// message must be the same.
+func TestConflictVerdictIndependentOfPartitionOrder(t *testing.T) {
+	s := load(t, "conflict")
+	topic := "conflict-order"
+	if _, err := s.Build(context.Background(), broker, topic); err != nil {
+		t.Fatal(err)
+	}
+	byPart := map[int32][]fold.Record{}
+	var parts []int32
+	_, err := replay.Run(context.Background(), replay.Config{Brokers: broker.Addr, Topic: topic, StallTimeout: 10 * time.Second,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}, func(b []fold.Record) error {
+		for _, r := range b {
+			if _, ok := byPart[r.Partition]; !ok {
+				parts = append(parts, r.Partition)
+			}
+			byPart[r.Partition] = append(byPart[r.Partition], r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(parts)
+	v := newVotes(t, "order")
+	data, err := os.ReadFile(s.CatalogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := fold.ParseCatalog(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdict := func(order []int32) string {
+		f, err := fold.NewCount(fold.CountConfig{Topic: s.Topic, IdentityField: s.IdentityField, GroupField: s.GroupField,
+			IgnoreFields: s.IgnoreFields, Catalog: cat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen, err := v.db.Begin("order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gen.Abort()
+		for _, p := range order {
+			if err := gen.Write(func(tb fold.Table) error { return f.Fold(tb, byPart[p]) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err = gen.Write(f.Finish)
+		if err == nil {
+			t.Fatalf("order %v: no conflict found", order)
+		}
+		return err.Error()
+	}
+	reversed := slices.Clone(parts)
+	slices.Reverse(reversed)
+	forward, backward := verdict(parts), verdict(reversed)
+	if forward != backward || !strings.Contains(forward, s.Expected.Error) {
+		t.Fatalf("forward %v: %s\nreverse %v: %s\nwant both to contain %q", parts, forward, reversed, backward, s.Expected.Error)
 	}
 }
