@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -34,6 +35,10 @@ type Plan struct {
 func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	plan, err := Marks(ctx, cl.admin, c.Topic, c.StallTimeout)
 	plan.End = c.End
+	var re *Error
+	if errors.As(err, &re) && errors.Is(err, ErrUnavailable) {
+		re.Detail += fmt.Sprintf(" after %s, brokers %s", c.StallTimeout, c.Brokers)
+	}
 	if err != nil {
 		return plan, err
 	}
