@@ -27,11 +27,10 @@ type Result struct {
 }
 
 type partState struct {
-	bounds   PartitionBounds
-	pos      int64
-	done     bool
-	waiting  bool // at the live end (EOF) below its end mark
-	lastEOFs int64
+	bounds  PartitionBounds
+	pos     int64
+	done    bool
+	waiting bool // at the live end (EOF) below its end mark
 }
 
 // Run replays the topic as c describes and hands the records to sink. It

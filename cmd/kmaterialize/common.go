@@ -105,12 +105,6 @@ func openRead(c *cli.Context) (*store.DB, error) {
 	return store.Open(path, &store.Options{ReadOnly: true})
 }
 
-// tableNotFound is the exit-6 error for a query on a table that does not
-// exist; store's error already lists the tables there are.
-func requireTable(db *store.DB, name string) (store.TableMeta, error) {
-	return db.Table(name)
-}
-
 // kafkaOptions are what every command that talks to Kafka needs.
 type kafkaOptions struct {
 	brokers string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -191,13 +190,4 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped, in %s\n",
 		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, m.Duration.Round(time.Millisecond))
 	return nil
-}
-
-func sortedParts(m map[int32]int64) []int32 {
-	out := make([]int32, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
