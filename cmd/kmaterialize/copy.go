@@ -51,6 +51,7 @@ Examples:
 			&cli.BoolFlag{Name: "follow", Usage: "keep copying until SIGINT/SIGTERM"},
 			&cli.BoolFlag{Name: "abort", Usage: "produce each batch and abort it: nothing becomes visible and the group does not advance"},
 			&cli.BoolFlag{Name: "repartition", Usage: "place records by key with the Java-compatible murmur2_random partitioner"},
+			&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on one transactional call; a call that times out is retried (a commit as a commit) until --stall-timeout"},
 			stallFlag(), propsFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -65,8 +66,8 @@ Examples:
 			if c.Bool("follow") && c.IsSet("max-records") {
 				return usageErrorf("--follow and --max-records are exclusive")
 			}
-			if c.Int("batch-records") <= 0 || c.Duration("batch-interval") <= 0 || c.Int64("max-records") < 0 {
-				return usageErrorf("--batch-records and --batch-interval must be positive, --max-records not negative")
+			if c.Int("batch-records") <= 0 || c.Duration("batch-interval") <= 0 || c.Int64("max-records") < 0 || c.Duration("call-timeout") <= 0 {
+				return usageErrorf("--batch-records, --batch-interval and --call-timeout must be positive, --max-records not negative")
 			}
 			k, err := parseKafka(c)
 			if err != nil {
@@ -77,7 +78,8 @@ Examples:
 				Group: c.String("group"), TransactionalID: c.String("transactional-id"),
 				BatchRecords: c.Int("batch-records"), BatchInterval: c.Duration("batch-interval"),
 				MaxRecords: c.Int64("max-records"), Follow: c.Bool("follow"), Abort: c.Bool("abort"),
-				Repartition: c.Bool("repartition"), StallTimeout: c.Duration("stall-timeout"), Log: k.log,
+				Repartition: c.Bool("repartition"), StallTimeout: c.Duration("stall-timeout"),
+				CallTimeout: c.Duration("call-timeout"), Log: k.log,
 			})
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))
