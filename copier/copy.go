@@ -43,6 +43,7 @@ type copyRun struct {
 	consLogs      sync.WaitGroup // the consumer's log forwarder
 	consumerFatal bool           // the consumer raised a fatal error (fenced)
 	closing       bool           // set before Close: the rebalance callback stands down
+	joined        bool           // the group gave this copier its first assignment
 }
 
 // Run copies c.From to c.To exactly once and returns the summary; on error
@@ -160,8 +161,19 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-// consumerCloseGrace is how long close waits for a fenced consumer's Close.
-const consumerCloseGrace = 3 * time.Second
+// Bounds on the consumer's Close. confluent-kafka-go v2.11.1 has two known
+// ways to block in Close forever: after a fatal error (a fenced static
+// member: it drops rd_kafka_consumer_close_queue's error, fixed upstream in
+// PR #1588, not released here), and when a rebalance reaches the consumer
+// after its close started (the rebalance calls wait for a group handler
+// that is terminating; confluent-kafka-go #1016, librdkafka #4041). A copy's
+// results are already committed in its transactions when Close runs, so
+// close waits this long and then leaves the consumer to the process's exit
+// (the CLI exits right after), logging why.
+const (
+	consumerCloseGrace      = 10 * time.Second
+	fatalConsumerCloseGrace = 3 * time.Second
+)
 
 func (r *copyRun) close() error {
 	var errs []error
@@ -169,29 +181,24 @@ func (r *copyRun) close() error {
 		r.closing = true
 		// Static membership: no LeaveGroup is sent, so a restart with the
 		// same transactional id takes the partitions back at once.
-		if !r.consumerFatal {
-			if err := r.cons.Close(); err != nil {
+		grace := consumerCloseGrace
+		if r.consumerFatal {
+			grace = fatalConsumerCloseGrace
+		}
+		closed := make(chan error, 1)
+		go func() {
+			err := r.cons.Close()
+			r.consLogs.Wait()
+			closed <- err
+		}()
+		select {
+		case err := <-closed:
+			if err != nil {
 				errs = append(errs, fmt.Errorf("close consumer: %w", err))
 			}
-			r.consLogs.Wait()
-		} else {
-			// confluent-kafka-go v2.11.1's Close polls forever when the
-			// consumer has a fatal error (fenced static member): it drops
-			// rd_kafka_consumer_close_queue's error (fixed upstream in
-			// confluent-kafka-go PR #1588, not released here). Give it a
-			// grace period, then leave it to the process's exit: the CLI
-			// exits right after a fenced copy.
-			closed := make(chan struct{})
-			go func() {
-				defer close(closed)
-				_ = r.cons.Close()
-				r.consLogs.Wait()
-			}()
-			select {
-			case <-closed:
-			case <-time.After(consumerCloseGrace):
-				r.log.Warn().Msg("the fenced consumer does not close (confluent-kafka-go bug, fixed upstream in PR #1588); leaving it to the process exit")
-			}
+		case <-time.After(grace):
+			r.log.Warn().Bool("fatal", r.consumerFatal).Dur("waited", grace).
+				Msg("the consumer does not close (a known confluent-kafka-go bug); its work is committed, leaving it to the process exit")
 		}
 	}
 	if r.adm != nil {
@@ -207,11 +214,19 @@ func (r *copyRun) close() error {
 // aborted: its records were never committed, and the partitions' next owner
 // starts from the group's committed offsets.
 func (r *copyRun) rebalance(cons *kafka.Consumer, ev kafka.Event) error {
-	if r.closing {
-		return nil // the copy is over; Close is draining the group
-	}
+	// The callback assigns and unassigns itself (eager protocol). Left to
+	// confluent-kafka-go v2.11.1, it would first ask for the rebalance
+	// protocol, a call that can block forever when the revocation comes
+	// from inside Close (confluent-kafka-go #1016, librdkafka #4041).
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
+		if err := cons.Assign(e.Partitions); err != nil {
+			r.failed = fmt.Errorf("assign %v: %w", partitionsOf(e.Partitions), err)
+			return nil
+		}
+		if r.closing {
+			return nil
+		}
 		parts := make([]kafka.TopicPartition, len(e.Partitions))
 		copy(parts, e.Partitions)
 		committed, err := cons.Committed(parts, int(r.c.StallTimeout/time.Millisecond))
@@ -226,20 +241,26 @@ func (r *copyRun) rebalance(cons *kafka.Consumer, ev kafka.Event) error {
 		for _, tp := range e.Partitions {
 			r.assigned[tp.Partition] = true
 		}
+		r.joined = true
 		r.log.Info().Interface("partitions", partitionsOf(e.Partitions)).Msg("partitions assigned")
 	case kafka.RevokedPartitions:
-		if r.inTxn {
-			if err := r.abortOpen(context.Background(), "partitions revoked"); err != nil {
-				r.failed = err
+		if !r.closing {
+			if r.inTxn {
+				if err := r.abortOpen(context.Background(), "partitions revoked"); err != nil {
+					r.failed = err
+				}
 			}
+			for _, tp := range e.Partitions {
+				delete(r.assigned, tp.Partition)
+				delete(r.pos, tp.Partition)
+				delete(r.committed, tp.Partition)
+				delete(r.txnFirst, tp.Partition)
+			}
+			r.log.Info().Interface("partitions", partitionsOf(e.Partitions)).Msg("partitions revoked")
 		}
-		for _, tp := range e.Partitions {
-			delete(r.assigned, tp.Partition)
-			delete(r.pos, tp.Partition)
-			delete(r.committed, tp.Partition)
-			delete(r.txnFirst, tp.Partition)
+		if err := cons.Unassign(); err != nil && !r.closing {
+			r.failed = fmt.Errorf("unassign %v: %w", partitionsOf(e.Partitions), err)
 		}
-		r.log.Info().Interface("partitions", partitionsOf(e.Partitions)).Msg("partitions revoked")
 	}
 	return nil
 }
@@ -318,8 +339,10 @@ func (r *copyRun) loop(ctx context.Context) error {
 			continue
 		}
 		lastCheck = time.Now()
+		// Finish only once joined: closing in the middle of the group
+		// join would deliver the assignment into Close (see close).
 		done, err := r.reachedEnd(ctx)
-		if err != nil || done {
+		if err != nil || (done && (r.joined || time.Since(r.progress) > r.c.StallTimeout)) {
 			return err
 		}
 	}
