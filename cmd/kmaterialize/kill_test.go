@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +167,45 @@ func TestKill9MidRebuild(t *testing.T) {
 	defer rw.Close()
 	if n := rw.Cleaned(); n != 0 {
 		t.Fatalf("Cleaned() = %d after a successful rebuild, want 0", n)
+	}
+}
+
+// TestSIGINTMidRebuild: an interrupted rebuild (SIGINT while it reads)
+// exits 4, publishes nothing, and drops its own generation at once (no
+// leftover for the next open, unlike a kill -9).
+func TestSIGINTMidRebuild(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 1)
+	db := dbPath(t)
+	old := produce(t, topic, genRecords(rng, []int32{0}, 20))
+	mustCLI(t, 0, rebuildArgs(topic, db)...)
+	oldWant, _, _ := oracle(old, nil)
+	for _, r := range genRecords(rng, []int32{0}, 20) {
+		produce(t, topic, []localkafka.Record{r})
+	}
+	release := holdFetches(t, topic)
+	p := startProc(t, "--log-format", "json", "rebuild", "--brokers", broker.Addr, "--topic", topic, "--db", db,
+		"--stall-timeout", "120s", "--progress-interval", "100ms",
+		"-X", "max.partition.fetch.bytes=1", "-X", "fetch.max.bytes=1024", "-X", "message.max.bytes=1000")
+	p.waitLine(t, 60*time.Second, "a progress line with records read", func(l string) bool {
+		var m struct {
+			Message string `json:"message"`
+			Records int64  `json:"records"`
+		}
+		return json.Unmarshal([]byte(l), &m) == nil && m.Message == "progress" && m.Records > 0
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 4 {
+		t.Fatalf("interrupted rebuild exit %d, want 4; stderr:\n%s", code, p.stderrText())
+	}
+	release()
+	checkTable(t, oldWant, scanTable(t, db, topic))
+	if tb := tablesJSON(t, db)[topic]; tb.Generation != 1 {
+		t.Fatalf("generation %d after an interrupted rebuild, want 1", tb.Generation)
+	}
+	if g := generations(t, db); len(g) != 1 || g[1] != topic {
+		t.Fatalf("generation buckets after the interrupt: %v, want only the published 1", g)
 	}
 }
