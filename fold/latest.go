@@ -1,7 +1,6 @@
 package fold
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -13,9 +12,10 @@ import (
 // Stats.Skipped; a record with a nil Value (a tombstone) deletes its key.
 // Keys and values are the record bytes, unchanged.
 //
-// Within one Fold call, Latest first keeps only the last record of each key
-// (in memory, copying each distinct key once), then writes the survivors to the
-// Table in ascending key order, which is what a B+tree writes fastest.
+// Latest keeps the last record of each key in memory and writes the
+// survivors to the Table in ascending key order, which is what a B+tree
+// writes fastest: by default at the end of every Fold call; in retained mode
+// (RetainRecords) across calls, until a byte budget is full and at Finish.
 //
 // Across partitions there is no order: if the same key appears in two
 // partitions, the batch folded last wins. Kafka's default partitioner keeps
@@ -30,29 +30,13 @@ type Latest struct {
 	records int64
 	skipped int64
 
-	// Retained mode (RetainRecords): the last record per key across Fold
-	// calls, written at Finish or when it holds budget bytes.
-	budget  int
-	held    map[string]heldRecord // keys alias record key bytes
-	heldLen int                   // bytes accounted to held
-	slotOf  map[string]int        // key -> index into last; emptied after each call
-	last    []latestSlot          // per distinct key: its last record in the batch
-	keys    []byte                // the batch's distinct keys, back to back
+	retained bool
+	budget   int
+	held     map[string]heldRecord // the last record per key; keys alias record key bytes
+	heldLen  int                   // bytes accounted to held
 }
 
-// maxKeptKeys bounds the key scratch a Latest keeps between calls.
-const maxKeptKeys = 8 << 20
-
-// latestSlot is one distinct key of a batch and the index of its last
-// record. The key is a copy in Latest.keys: the distinct keys then sit
-// together in memory, so the map lookups and the sort's comparisons read a
-// few contiguous megabytes instead of one scattered allocation per record.
-type latestSlot struct {
-	key []byte
-	i   int
-}
-
-// heldRecord is the last record seen for a key in retained mode.
+// heldRecord is the last record seen for a key.
 type heldRecord struct {
 	value     []byte // nil: a tombstone
 	partition int32
@@ -61,6 +45,11 @@ type heldRecord struct {
 
 // heldOverhead is the per-key bookkeeping counted against the budget.
 const heldOverhead = 64
+
+// NewLatest returns a "latest" fold.
+func NewLatest() *Latest {
+	return &Latest{held: make(map[string]heldRecord)}
+}
 
 // RetainRecords switches l to retained mode: l keeps the last record per key
 // across Fold calls and writes the survivors in key order only when they
@@ -74,13 +63,8 @@ const heldOverhead = 64
 // retained mode keeps references instead of copies. Call it before the
 // first Fold.
 func (l *Latest) RetainRecords(budget int) {
+	l.retained = true
 	l.budget = budget
-	l.held = make(map[string]heldRecord)
-}
-
-// NewLatest returns a "latest" fold.
-func NewLatest() *Latest {
-	return &Latest{slotOf: make(map[string]int)}
 }
 
 // PutsRecordValuesOnly reports that every value Latest writes is a record's
@@ -99,75 +83,9 @@ func (l *Latest) Params() map[string]string { return map[string]string{} }
 // with the position of the record being written; the table is then partly
 // written and must not be published.
 func (l *Latest) Fold(t Table, batch []Record) error {
-	if l.held != nil {
-		return l.foldRetained(t, batch)
+	if l.held == nil {
+		l.held = make(map[string]heldRecord)
 	}
-	l.records += int64(len(batch))
-	if l.slotOf == nil {
-		l.slotOf = make(map[string]int)
-	}
-	need := 0
-	for i := range batch {
-		need += len(batch[i].Key)
-	}
-	keys := l.keys[:0]
-	if cap(keys) < need {
-		keys = make([]byte, 0, need) // never grows below: no copy moves
-	}
-	last := l.last[:0]
-	for i := range batch {
-		k := batch[i].Key
-		if len(k) == 0 {
-			l.skipped++
-			continue
-		}
-		// The map's keys alias the copies in keys, which are not modified
-		// until the map is emptied, before Fold returns.
-		if s, ok := l.slotOf[unsafe.String(unsafe.SliceData(k), len(k))]; ok {
-			last[s].i = i
-			continue
-		}
-		if len(k) > 0 {
-			start := len(keys)
-			keys = append(keys, k...)
-			k = keys[start:len(keys):len(keys)]
-		}
-		l.slotOf[unsafe.String(unsafe.SliceData(k), len(k))] = len(last)
-		last = append(last, latestSlot{key: k, i: i})
-	}
-	clear(l.slotOf)
-	defer func() {
-		// Keep the arrays for the next call, not the record positions.
-		clear(last)
-		l.last = last[:0]
-		if cap(keys) <= maxKeptKeys {
-			l.keys = keys[:0]
-		} else {
-			l.keys = nil
-		}
-	}()
-
-	cmpKeys := func(a, b latestSlot) int { return bytes.Compare(a.key, b.key) }
-	if !slices.IsSortedFunc(last, cmpKeys) {
-		slices.SortFunc(last, cmpKeys)
-	}
-	for _, sl := range last {
-		r := &batch[sl.i]
-		if r.Value == nil {
-			if err := t.Delete(r.Key); err != nil {
-				return fmt.Errorf("fold latest: delete key of %d@%d: %w", r.Partition, r.Offset, err)
-			}
-			continue
-		}
-		if err := t.Put(r.Key, r.Value); err != nil {
-			return fmt.Errorf("fold latest: put key of %d@%d: %w", r.Partition, r.Offset, err)
-		}
-	}
-	return nil
-}
-
-// foldRetained is Fold in retained mode.
-func (l *Latest) foldRetained(t Table, batch []Record) error {
 	l.records += int64(len(batch))
 	for i := range batch {
 		r := &batch[i]
@@ -175,8 +93,9 @@ func (l *Latest) foldRetained(t Table, batch []Record) error {
 			l.skipped++
 			continue
 		}
-		// The key aliases the record's bytes, which the caller keeps
-		// unchanged until Finish (RetainRecords).
+		// The key aliases the record's bytes: valid until the end of this
+		// call, or until Finish in retained mode (RetainRecords); held is
+		// flushed and emptied before either ends.
 		k := unsafe.String(unsafe.SliceData(r.Key), len(r.Key))
 		if old, ok := l.held[k]; ok {
 			l.heldLen += len(r.Value) - len(old.value)
@@ -185,7 +104,7 @@ func (l *Latest) foldRetained(t Table, batch []Record) error {
 		}
 		l.held[k] = heldRecord{value: r.Value, partition: r.Partition, offset: r.Offset}
 	}
-	if l.heldLen >= l.budget {
+	if !l.retained || l.heldLen >= l.budget {
 		return l.flushHeld(t)
 	}
 	return nil
@@ -211,18 +130,18 @@ func (l *Latest) flushHeld(t Table) error {
 			return fmt.Errorf("fold latest: put key of %d@%d: %w", h.partition, h.offset, err)
 		}
 	}
-	l.held = make(map[string]heldRecord)
+	clear(l.held)
 	l.heldLen = 0
 	return nil
 }
 
-// Finish writes what retained mode still holds; otherwise every Fold call
+// Finish writes what retained mode still holds; without it every Fold call
 // has left the table complete.
 func (l *Latest) Finish(t Table) error {
-	if l.held != nil {
-		return l.flushHeld(t)
+	if len(l.held) == 0 {
+		return nil
 	}
-	return nil
+	return l.flushHeld(t)
 }
 
 // Stats reports Records (every record handed in) and Skipped (records with a
