@@ -83,11 +83,11 @@ func Write(db *store.DB, table string, w io.Writer, opts Options) error {
 		io.WriteString(bw, ",\n  \"rows\": {")
 		n := 0
 		err = s.Rows(nil, 0, func(k, v []byte) error {
-			ks, err := text(k, k, "key", opts)
+			ks, err := Text(k, k, "key", opts.Base64)
 			if err != nil {
 				return err
 			}
-			vs, err := text(k, v, "value", opts)
+			vs, err := Text(k, v, "value", opts.Base64)
 			if err != nil {
 				return err
 			}
@@ -118,12 +118,16 @@ func Write(db *store.DB, table string, w io.Writer, opts Options) error {
 	return bw.Flush()
 }
 
-func text(key, b []byte, what string, opts Options) (string, error) {
-	if opts.Base64 {
+// Text is how kmaterialize shows a key or value (what says which, key names
+// the row) as text, in exports and in scan: base64 (standard encoding) when
+// b64 is set, otherwise the bytes as a UTF-8 string, never mangled: bytes
+// that are not valid UTF-8 are an error wrapping ErrNotUTF8.
+func Text(key, b []byte, what string, b64 bool) (string, error) {
+	if b64 {
 		return base64.StdEncoding.EncodeToString(b), nil
 	}
 	if !utf8.Valid(b) {
-		return "", fmt.Errorf("the %s of key %q is %w (export with --base64)", what, key, ErrNotUTF8)
+		return "", fmt.Errorf("the %s of key %q is %w", what, key, ErrNotUTF8)
 	}
 	return string(b), nil
 }

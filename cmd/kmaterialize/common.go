@@ -126,3 +126,17 @@ func parseKafka(c *cli.Context) (kafkaOptions, error) {
 	k.log, err = newLogger(c)
 	return k, err
 }
+
+// formatFlag is --format for commands that print text or JSON.
+func formatFlag() cli.Flag {
+	return &cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"}
+}
+
+// textOrJSON returns --format, checked.
+func textOrJSON(c *cli.Context) (string, error) {
+	format := c.String("format")
+	if format != "text" && format != "json" {
+		return "", usageErrorf("--format %q: want text or json", format)
+	}
+	return format, nil
+}

@@ -21,12 +21,12 @@ Examples:
   $ kmaterialize describe --brokers localhost:9092 --topic account-balances`,
 		Flags: []cli.Flag{
 			brokersFlag(), topicFlag(), propsFlag(), stallFlag(),
-			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
+			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			format := c.String("format")
-			if format != "text" && format != "json" {
-				return usageErrorf("--format %q: want text or json", format)
+			format, err := textOrJSON(c)
+			if err != nil {
+				return err
 			}
 			k, err := parseKafka(c)
 			if err != nil {

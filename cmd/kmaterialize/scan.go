@@ -3,12 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"unicode/utf8"
 
+	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/urfave/cli/v2"
 )
 
@@ -91,16 +90,14 @@ func newRowFormatter(format string, b64 bool) (*rowFormatter, error) {
 }
 
 func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
-	if f.b64 {
-		return base64.StdEncoding.EncodeToString(b), nil
+	s, err := snapshot.Text(k, b, what, f.b64)
+	if err != nil {
+		return "", &usageError{msg: err.Error(), hint: "add --base64 to print keys and values base64-encoded"}
 	}
-	if !utf8.Valid(b) {
-		return "", &usageError{msg: fmt.Sprintf("the %s of key %q is not valid UTF-8", what, k), hint: "add --base64 to print keys and values base64-encoded"}
-	}
-	if f.format == "tsv" && bytes.ContainsAny(b, "\t\n") {
+	if !f.b64 && f.format == "tsv" && bytes.ContainsAny(b, "\t\n") {
 		return "", &usageError{msg: fmt.Sprintf("the %s of key %q contains a tab or newline, which tsv cannot show", what, k), hint: "--format jsonl, or --base64"}
 	}
-	return string(b), nil
+	return s, nil
 }
 
 func (f *rowFormatter) begin(w io.Writer) {

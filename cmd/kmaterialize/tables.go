@@ -32,12 +32,12 @@ Examples:
   $ kmaterialize tables --db balances.db --format json`,
 		Flags: []cli.Flag{
 			dbFlag(true),
-			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
+			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			format := c.String("format")
-			if format != "text" && format != "json" {
-				return usageErrorf("--format %q: want text or json", format)
+			format, err := textOrJSON(c)
+			if err != nil {
+				return err
 			}
 			db, err := openRead(c)
 			if err != nil {
