@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -479,4 +480,82 @@ func TestFencedWhileCommitting(t *testing.T) {
 		t.Fatalf("first copier ended with %v, want ErrFenced", firstErr)
 	}
 	verifyClean(t, "ledger-h", "ledger-h-copy")
+}
+
+// TestAbortRewindsPartitionNewToTransaction is the reproduction of a lost
+// record: a delivery failure on destination partition 0 makes the
+// transaction abortable; the next record, on source partition 1 (new to the
+// transaction), fails to produce; the abort must rewind partition 1 too, or
+// its first record is skipped while the group commits past it.
+func TestAbortRewindsPartitionNewToTransaction(t *testing.T) {
+	from, to := uniq(t, "repro-src"), uniq(t, "repro-dst")
+	for _, tpc := range []string{from, to} {
+		if err := broker.CreateTopic(tpc, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if _, err := broker.Produce(ctx, from, []localkafka.Record{{Partition: 0, Key: []byte("p0"), Value: []byte("p0-0")}}); err != nil {
+		t.Fatal(err)
+	}
+	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: to, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
+	defer h.Remove()
+	c := cfg(t, from, to)
+	c.Follow = true
+	c.BatchInterval = 2 * time.Second // keep the failed transaction open for the next record
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		sum copier.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := copier.Run(runCtx, c)
+		done <- result{sum, err}
+	}()
+	awaitCond(t, 20*time.Second, "the INVALID_RECORD fault to hit", func() bool { return h.Hits() == 1 })
+	if _, err := broker.Produce(ctx, from, []localkafka.Record{
+		{Partition: 1, Key: []byte("p1"), Value: []byte("p1-0")},
+		{Partition: 1, Key: []byte("p1"), Value: []byte("p1-1")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantOffsets := map[int32]int64{0: 1, 1: 2}
+	awaitCond(t, 30*time.Second, "the group to commit the source's end", func() bool {
+		return cmp.Equal(wantOffsets, groupOffsets(t, c.Group, from))
+	})
+	cancel()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("copy: %v", res.err)
+	}
+	if res.sum.Aborts < 1 {
+		t.Fatalf("summary %+v: want at least one abort", res.sum)
+	}
+	want := []string{"0|p0|p0-0", "1|p1|p1-0", "1|p1|p1-1"}
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+}
+
+var uniqSeq atomic.Int64
+
+// uniq names a topic (or group, or transactional id) for one run of one
+// test, so that -count=N runs never see each other's data.
+func uniq(t *testing.T, base string) string {
+	name := strings.NewReplacer("/", "-", " ", "-", "_", "-").Replace(t.Name())
+	return fmt.Sprintf("%s-%s-%d-%d", base, strings.ToLower(name), os.Getpid(), uniqSeq.Add(1))
+}
+
+// awaitCond polls cond until it holds, failing the test after timeout.
+func awaitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
