@@ -55,6 +55,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.Is(err, copier.ErrUnauthorized):
+		return "grant the principal access to the transactional id, the group and both topics, or check the credentials passed with -X"
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):

@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,10 +96,19 @@ func rebuildArgs(topic, db string, extra ...string) []string {
 	return append([]string{"rebuild", "--brokers", broker.Addr, "--topic", topic, "--db", db, "--stall-timeout", "20s"}, extra...)
 }
 
-// newTopic creates a topic named after the test.
+// runName names what one run of one test creates on the shared broker
+// (topics, groups, transactional ids): the test's name and a number unique
+// in the process, so that -count=N runs never see each other's data.
+func runName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), runSeq.Add(1))
+}
+
+var runSeq atomic.Int64
+
+// newTopic creates a topic named after the test (and the run).
 func newTopic(t *testing.T, partitions int32) string {
 	t.Helper()
-	topic := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	topic := runName(t)
 	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
 		t.Fatal(err)
 	}
