@@ -14,6 +14,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -228,10 +230,48 @@ func oracleState(recs []rec, partitions int32) tableState {
 	return s
 }
 
+// quietCLI is mustCLI that logs the size of stdout instead of its text:
+// the disk-full tables are megabytes.
+func quietCLI(t *testing.T, want int, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"kmaterialize"}, args...), &out, &errb)
+	t.Logf("$ kmaterialize %s\n-> exit %d, %d bytes on stdout\nstderr:\n%s", strings.Join(args, " "), code, out.Len(), errb.String())
+	if code != want {
+		t.Fatalf("kmaterialize %s: exit %d, want %d", strings.Join(args, " "), code, want)
+	}
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// scanAll reads the table through `scan --format jsonl`, checking that
+// keys come in strictly ascending order.
+func scanAll(t *testing.T, db, table string) map[string]string {
+	t.Helper()
+	r := quietCLI(t, 0, "scan", "--db", db, "--table", table, "--format", "jsonl")
+	got := map[string]string{}
+	last := ""
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	for n := 0; dec.More(); n++ {
+		var row struct {
+			Key   *string `json:"key"`
+			Value *string `json:"value"`
+		}
+		if err := dec.Decode(&row); err != nil || row.Key == nil || row.Value == nil {
+			t.Fatalf("scan row %d: not a {key, value} object (%v)", n, err)
+		}
+		if n > 0 && *row.Key <= last {
+			t.Fatalf("scan: key %q after %q, want strictly ascending", *row.Key, last)
+		}
+		last = *row.Key
+		got[last] = *row.Value
+	}
+	return got
+}
+
 // exportState reads the table through `export`.
 func exportState(t *testing.T, db, table string) tableState {
 	t.Helper()
-	r := mustCLI(t, 0, "export", "--db", db, "--table", table)
+	r := quietCLI(t, 0, "export", "--db", db, "--table", table)
 	var doc struct {
 		Partitions []struct {
 			Partition             int32
@@ -254,23 +294,68 @@ func exportState(t *testing.T, db, table string) tableState {
 	return s
 }
 
+// storeState reads the table through the store API: rows, metadata and
+// checkpoint in one read transaction.
+func storeState(t *testing.T, path, table string) tableState {
+	t.Helper()
+	db, err := store.Open(path, &store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := tableState{Rows: map[string]string{}, Partitions: map[int32][4]int64{}}
+	err = db.ReadTable(table, func(snap *store.Snapshot) error {
+		s.Read, s.Skipped, s.Keys = snap.Meta.Records, snap.Meta.Skipped, snap.Meta.Keys
+		cp, _, err := checkpoint.Load(snap.Tx, table)
+		if err != nil {
+			return err
+		}
+		for _, p := range cp.Partitions {
+			s.Partitions[p.Partition] = [4]int64{p.Low, p.Start, p.High, p.End}
+		}
+		return snap.Rows(nil, 0, func(k, v []byte) error {
+			s.Rows[string(k)] = string(v)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // checkReaders checks that every reader sees exactly want: `export` (rows,
-// checkpoint and totals from one transaction), `scan`, and `get` of every
-// key of want and of other (present with want's value, or not found).
+// checkpoint and totals from one transaction), `scan`, and `get` of the keys
+// of want and of other (present with want's value, or not found). Of the
+// large "big-" rows of the disk-full cases only the first two are fetched
+// with `get`, and a table of more than 4 MiB is read through the store API
+// instead of `export` and `scan`, whose JSON costs seconds per 10 MiB under
+// the race detector.
 func checkReaders(t *testing.T, db, table, name string, want, other tableState) {
 	t.Helper()
-	if diff := cmp.Diff(want, exportState(t, db, table)); diff != "" {
-		t.Fatalf("export: not exactly table %s (-%s +export):\n%s", name, name, diff)
+	size := 0
+	for k, v := range want.Rows {
+		size += len(k) + len(v)
 	}
-	if diff := cmp.Diff(want.Rows, scanTable(t, db, table)); diff != "" {
-		t.Fatalf("scan: not exactly table %s (-%s +scan):\n%s", name, name, diff)
+	if size > 4<<20 {
+		if diff := cmp.Diff(want, storeState(t, db, table)); diff != "" {
+			t.Fatalf("store: not exactly table %s (-%s +store):\n%s", name, name, diff)
+		}
+	} else {
+		if diff := cmp.Diff(want, exportState(t, db, table)); diff != "" {
+			t.Fatalf("export: not exactly table %s (-%s +export):\n%s", name, name, diff)
+		}
+		if diff := cmp.Diff(want.Rows, scanAll(t, db, table)); diff != "" {
+			t.Fatalf("scan: not exactly table %s (-%s +scan):\n%s", name, name, diff)
+		}
 	}
 	keys := map[string]bool{}
-	for k := range want.Rows {
-		keys[k] = true
-	}
-	for k := range other.Rows {
-		keys[k] = true
+	for _, rows := range []map[string]string{want.Rows, other.Rows} {
+		for k := range rows {
+			if !strings.HasPrefix(k, "big-") || k < "big-002" {
+				keys[k] = true
+			}
+		}
 	}
 	for k := range keys {
 		r := kmz(t, "get", "--db", db, "--table", table, k)
@@ -463,5 +548,163 @@ func TestKill9AtFailpoint(t *testing.T) {
 				t.Fatalf("tables: generation %d, want 3", g.Generation)
 			}
 		})
+	}
+}
+
+// dbSize returns the file's size and bbolt's high-water mark (the bytes of
+// pages in use or free), read-only.
+func dbSize(t *testing.T, path string) (file, hwm int64) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil })
+	return fi.Size(), hwm
+}
+
+// bigRecords are n records of distinct keys with 32 KiB values, so that
+// every one is a row of the new table.
+func bigRecords(n int) []localkafka.Record {
+	var out []localkafka.Record
+	for i := range n {
+		out = append(out, localkafka.Record{Partition: int32(i % 2), Key: []byte(fmt.Sprintf("big-%03d", i)),
+			Value: bytes.Repeat([]byte{byte('a' + i%26)}, 32<<10)})
+	}
+	return out
+}
+
+// TestDiskFull makes the database's writes fail during a rebuild's fold
+// commit and during its publish commit. The rebuild exits 1 with an error
+// naming the phase, the file and the cause (EFBIG: "file too large"; Go
+// ignores SIGXFSZ, so the process is not killed by it), readers keep the
+// old table, bbolt's check is clean, and the next rebuild publishes exactly
+// the new table.
+//
+// Where the limit bites: bbolt grows its file by truncate, 16 MiB beyond
+// what it needs once its mapping exceeds that (kmaterialize reserves a 1
+// GiB mapping), so after table A the file is ~16 MiB but its pages end at
+// tens of KiB, and the rest is a hole. RLIMIT_FSIZE fails any write that
+// starts at or past the limit, and any truncate beyond it. So:
+//
+//   - fold-commit/write-past-limit (the shipped binary): a limit of 1 MiB,
+//     above A's pages, below the file size and below B's ~1.5 MiB of rows.
+//     The Finish commit's page writes fail: this is how a full disk looks
+//     to bbolt, whose free space is a hole that a write must allocate.
+//   - fold-commit/growth (the shipped binary): a limit at the file's size
+//     after A and ~17 MiB of new rows, so that bbolt's truncate to grow the
+//     file fails ("file resize error").
+//   - fold-commit/nowrite and publish/nowrite (the failpoints binary): a
+//     size cannot single out the publish commit (it writes a few pages,
+//     into free pages or the hole, like the fold commits before it), so the
+//     failpoint sets RLIMIT_FSIZE to 0 inside the transaction just before
+//     its commit: every write of that commit fails, as on a disk that
+//     filled up during the rebuild.
+func TestDiskFull(t *testing.T) {
+	fp := failpointBinary(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		big   int    // 32 KiB records added to B
+		limit string // "1MiB", "file": RLIMIT_FSIZE on the shipped binary
+		point string // failpoint with the nowrite action, in the failpoints binary
+		phase string // the phase the error names
+		op    string // the failed operation on the file: write (a page) or truncate (bbolt growing the file)
+	}{
+		{name: "fold-commit/write-past-limit", big: 48, limit: "1MiB", phase: "write generation 2 of table", op: "write"},
+		{name: "fold-commit/growth", big: 530, limit: "file", phase: "write generation 2 of table", op: "file resize error: truncate"},
+		{name: "fold-commit/nowrite", point: failpoint.FoldCommitBefore + "@2", phase: "write generation 2 of table", op: "write"},
+		{name: "publish/nowrite", point: failpoint.PublishCommitBefore, phase: "publish generation 2 of table", op: "write"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			topic, db, a, b := crashSetup(t, bigRecords(tc.big))
+			file, hwm := dbSize(t, db)
+			t.Logf("after table A: file %d bytes, pages up to %d bytes", file, hwm)
+			var rowBytes int64
+			for k, v := range b.Rows {
+				rowBytes += int64(len(k) + len(v))
+			}
+			args := append([]string{"--log-format", "json"}, rebuildArgs(topic, db)...)
+			var c *child
+			fpFile := filepath.Join(t.TempDir(), "failpoint")
+			switch {
+			case tc.limit != "":
+				limit := int64(1 << 20)
+				if tc.limit == "file" {
+					limit = file
+				}
+				// The placement this case relies on: A's pages below
+				// the limit, B's rows beyond it.
+				if hwm >= limit || hwm+rowBytes <= limit || (tc.limit == "file") != (rowBytes > file-hwm) {
+					t.Fatalf("limit %d misplaced: file %d, pages up to %d, B's rows %d bytes", limit, file, hwm, rowBytes)
+				}
+				c = startChild(t, []string{fmt.Sprintf("%s=%d", envFsize, limit)}, self, append([]string{binPath}, args...)...)
+			default:
+				c = startChild(t, []string{failpoint.EnvPoint + "=" + tc.point + "=nowrite", failpoint.EnvFile + "=" + fpFile}, fp, args...)
+			}
+			ws := c.wait(t, 60*time.Second)
+			stderr := c.stderr.String()
+			if ws.Signaled() || ws.ExitStatus() != exitError {
+				t.Fatalf("rebuild ended with %v, want exit %d; stderr:\n%s", ws, exitError, stderr)
+			}
+			if tc.point != "" {
+				name, _, _ := strings.Cut(tc.point, "@")
+				if got, _ := os.ReadFile(fpFile); strings.TrimSpace(string(got)) != "failpoint "+name+" nowrite" {
+					t.Fatalf("failpoint file %q, want the nowrite failpoint %s to have fired", got, name)
+				}
+			}
+			// The final error line names the phase, the file and the cause.
+			var final string
+			for _, l := range strings.Split(stderr, "\n") {
+				if strings.HasPrefix(l, "kmaterialize: ") {
+					final = l
+				}
+			}
+			for _, want := range []string{tc.phase + " " + strconv.Quote(topic) + " to " + db, tc.op + " " + db + ": file too large"} {
+				if !strings.Contains(final, want) {
+					t.Fatalf("error %q does not name %q; stderr:\n%s", final, want, stderr)
+				}
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Fatalf("stderr has a panic trace:\n%s", stderr)
+			}
+
+			boltCheck(t, db)
+			checkReaders(t, db, topic, "A", a, b)
+			ids := generationIDs(generationRows(t, db))
+			if ids[0] != 1 || len(ids) > 2 || (len(ids) == 2 && ids[1] != 2) {
+				t.Fatalf("generation buckets after the failure: %v, want the published 1 and maybe the failed rebuild's 2", ids)
+			}
+			rebuildCleansUp(t, topic, db, 3, len(ids)-1, a, b)
+		})
+	}
+}
+
+// TestFailpointsNotShipped: the normal build holds nothing of package
+// failpoint (Hit is an empty function the compiler drops), while the
+// failpoints build does, which shows the search can find it.
+func TestFailpointsNotShipped(t *testing.T) {
+	for _, c := range []struct {
+		bin  string
+		want bool
+	}{{binPath, false}, {failpointBinary(t), true}} {
+		b, err := os.ReadFile(c.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{failpoint.EnvPoint, failpoint.FoldCommitBefore, failpoint.PublishDropOld, "internal/failpoint"} {
+			if got := bytes.Contains(b, []byte(s)); got != c.want {
+				t.Errorf("%s contains %q: %v, want %v", filepath.Base(c.bin), s, got, c.want)
+			}
+		}
 	}
 }
