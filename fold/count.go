@@ -35,6 +35,9 @@ type CountConfig struct {
 	// AllowUnknownGroups accepts groups outside a non-nil Catalog; by
 	// default such a record is a *DataError.
 	AllowUnknownGroups bool
+	// OnBadRecord says what to do with a record Fold cannot count (see
+	// "Data errors" on Count). Default FailOnBadRecord.
+	OnBadRecord OnBadRecord
 }
 
 // Count is the identity-deduplicated "count" fold. Each record value is a
@@ -60,7 +63,11 @@ type CountConfig struct {
 // JSON, or not an object; that lacks the identity or the group field; whose
 // identity or group is not a string or a number (a number counts by its
 // canonical text, so 17 and 17.0 are the same identity), or is empty; or
-// whose group is outside a non-nil catalog unless AllowUnknownGroups.
+// whose group is outside a non-nil catalog unless AllowUnknownGroups; or
+// whose identity or group is over MaxKeySize (the identity is a key of the
+// on-disk index, the group a row key). With SkipBadRecords, such a record
+// is counted in Stats.SkippedByReason (ReasonUndecodable,
+// ReasonUnknownGroup, ReasonKeyTooLarge) instead, and counts toward nothing.
 //
 // # Memory
 //
@@ -77,6 +84,7 @@ type Count struct {
 	ignore  []string
 	catalog map[string]bool // nil without a catalog
 	counts  map[string]int64
+	skips   skips
 
 	records, logical, duplicates, conflicts int64
 	minConflict                             []byte // smallest conflicting identity; nil if none
@@ -109,7 +117,7 @@ func NewCount(cfg CountConfig) (*Count, error) {
 	if slices.Contains(ignore, cfg.GroupField) {
 		return nil, fmt.Errorf("count fold: the group field %q cannot be ignored", cfg.GroupField)
 	}
-	c := &Count{ignore: ignore, counts: make(map[string]int64)}
+	c := &Count{ignore: ignore, counts: make(map[string]int64), skips: skips{on: cfg.OnBadRecord}}
 	if cfg.Catalog != nil {
 		c.catalog = make(map[string]bool, len(cfg.Catalog))
 		for _, g := range cfg.Catalog {
@@ -118,6 +126,9 @@ func NewCount(cfg CountConfig) (*Count, error) {
 			}
 			if c.catalog[g] {
 				return nil, fmt.Errorf("count fold: the catalog names group %q twice", g)
+			}
+			if len(g) > MaxKeySize {
+				return nil, fmt.Errorf("count fold: the catalog has a group name of %d bytes, over the %d-byte key limit", len(g), MaxKeySize)
 			}
 			c.catalog[g] = true
 		}
@@ -202,17 +213,25 @@ func (c *Count) Fold(t Table, batch []Record) error {
 		return fmt.Errorf("count fold: open the identity index: %w", err)
 	}
 	for i := range batch {
-		if err := c.fold(idx, &batch[i]); err != nil {
+		c.records++
+		err := c.fold(idx, &batch[i])
+		var de *DataError
+		if errors.As(err, &de) {
+			err = c.skips.bad(de)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// fold counts one record. A *DataError it returns has changed nothing:
+// every check comes before the first index write.
 func (c *Count) fold(idx KV, r *Record) error {
-	c.records++
+	kind := ReasonUndecodable
 	dataErr := func(reason string, err error) error {
-		return &DataError{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason, Err: err}
+		return &DataError{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, Kind: kind, Reason: reason, Err: err}
 	}
 	if r.Value == nil {
 		return dataErr("value is null", nil)
@@ -233,11 +252,20 @@ func (c *Count) fold(idx KV, r *Record) error {
 	if err != nil {
 		return dataErr(err.Error(), nil)
 	}
+	if len(identity) > MaxKeySize || len(group) > MaxKeySize {
+		kind = ReasonKeyTooLarge
+		if len(identity) > MaxKeySize {
+			return dataErr(keyTooLarge(fmt.Sprintf("field %q", c.cfg.IdentityField), len(identity)), nil)
+		}
+		return dataErr(keyTooLarge(fmt.Sprintf("field %q", c.cfg.GroupField), len(group)), nil)
+	}
 	if c.catalog != nil && !c.catalog[group] && !c.cfg.AllowUnknownGroups {
+		kind = ReasonUnknownGroup
 		return dataErr(fmt.Sprintf("group %q is not in the catalog (use --allow-unknown-groups to accept it)", group), nil)
 	}
 	c.content, err = appendObject(c.content[:0], obj, c.ignore)
 	if err != nil {
+		kind = ReasonUndecodable
 		return dataErr("value has an unreadable number", err)
 	}
 	sum := sha256.Sum256(c.content)
@@ -355,14 +383,17 @@ func (c *Count) conflictError(t Table) error {
 	}
 }
 
-// Stats reports Records, Skipped (always 0: every record counts or is an
-// error) and Extra "logical_events" (distinct identities),
+// Stats reports Records, Skipped and SkippedByReason (bad records skipped
+// with SkipBadRecords; otherwise every record counts or is an error) and
+// Extra "logical_events" (distinct identities),
 // "duplicates_folded" (records whose identity and content were already seen)
 // and "conflicts" (identities with more than one content). None of them
 // depend on the order partitions are read in.
 func (c *Count) Stats() Stats {
 	return Stats{
-		Records: c.records,
+		Records:         c.records,
+		Skipped:         c.skips.total,
+		SkippedByReason: c.skips.reasons(),
 		Extra: map[string]int64{
 			"logical_events":    c.logical,
 			"duplicates_folded": c.duplicates,
@@ -371,7 +402,12 @@ func (c *Count) Stats() Stats {
 	}
 }
 
+// Empty reports whether no record counted toward any group: the table
+// then has only the catalog's groups, all 0.
+func (c *Count) Empty() bool { return c.logical == 0 }
+
 var _ Folder = (*Count)(nil)
+var _ EmptyReporter = (*Count)(nil)
 
 func appendEntry(b, sum []byte, p Position) []byte {
 	b = append(b, sum...)

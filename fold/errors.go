@@ -45,14 +45,17 @@ func where(topic string, p Position) string {
 	return topic + "/" + p.String()
 }
 
-// DataError is returned when a record cannot be folded: its value is null,
-// not JSON or not an object; it lacks the identity or group field, or one of
-// them is not a string or number; or its group is outside the catalog.
+// DataError is returned when a record cannot be folded (a bad record): its
+// key is over MaxKeySize; or, in the count fold, its value is null, not JSON
+// or not an object, it lacks the identity or group field, or one of them is
+// not a string or number, or its group is outside the catalog. With
+// SkipBadRecords the fold counts such a record under Kind instead.
 // It matches ErrInvalidData.
 type DataError struct {
 	Topic     string
 	Partition int32
 	Offset    int64
+	Kind      string // the skip reason it counts under, e.g. ReasonKeyTooLarge
 	Reason    string // what is wrong, e.g. "value is not JSON"
 	Err       error  // the underlying cause, if any (e.g. a JSON syntax error)
 }

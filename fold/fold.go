@@ -74,7 +74,19 @@ type Folder interface {
 
 // Stats are a fold's counters, reported in `tables` and export.
 type Stats struct {
-	Records int64            // records handed to the fold
-	Skipped int64            // records ignored (for example a null key)
-	Extra   map[string]int64 // fold-specific counters, e.g. "logical_events"
+	Records int64 // records handed to the fold
+	Skipped int64 // records ignored (for example a null key)
+	// SkippedByReason splits Skipped by reason (ReasonNullKey, ...); nil
+	// when nothing was skipped.
+	SkippedByReason map[string]int64
+	Extra           map[string]int64 // fold-specific counters, e.g. "logical_events"
+}
+
+// EmptyReporter is implemented by folds whose table has rows even when no
+// record contributed one (Count with a catalog writes every catalog group,
+// 0 when nothing counted toward it). For a fold without it, a table is
+// empty when it has no rows.
+type EmptyReporter interface {
+	// Empty reports, after Finish, whether no record contributed a row.
+	Empty() bool
 }

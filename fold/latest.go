@@ -25,10 +25,16 @@ import (
 // like a null key: a table row needs a non-empty key (bbolt cannot store an
 // empty one), and Kafka producers that mean "no key" sometimes send one.
 //
+// A record whose key is over MaxKeySize is a bad record: Fold returns a
+// *DataError (ReasonKeyTooLarge) naming its position, or, with
+// SkipBadRecords, counts it and leaves it out. A skipped record changes
+// nothing: an older value of its key, which it cannot share, stays.
+//
 // A Latest is not safe for concurrent use.
 type Latest struct {
+	cfg     LatestConfig
 	records int64
-	skipped int64
+	skips   skips
 
 	retained bool
 	budget   int
@@ -46,9 +52,21 @@ type heldRecord struct {
 // heldOverhead is the per-key bookkeeping counted against the budget.
 const heldOverhead = 64
 
-// NewLatest returns a "latest" fold.
-func NewLatest() *Latest {
-	return &Latest{held: make(map[string]heldRecord)}
+// LatestConfig configures a "latest" fold. The zero value is the default.
+type LatestConfig struct {
+	// Topic is used in error messages only.
+	Topic string
+	// OnBadRecord says what to do with a key over MaxKeySize. Default
+	// FailOnBadRecord.
+	OnBadRecord OnBadRecord
+}
+
+// NewLatest returns a "latest" fold with the default configuration.
+func NewLatest() *Latest { return NewLatestWith(LatestConfig{}) }
+
+// NewLatestWith returns a "latest" fold configured by cfg.
+func NewLatestWith(cfg LatestConfig) *Latest {
+	return &Latest{cfg: cfg, skips: skips{on: cfg.OnBadRecord}, held: make(map[string]heldRecord)}
 }
 
 // RetainRecords switches l to retained mode: l keeps the last record per key
@@ -89,8 +107,19 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 	l.records += int64(len(batch))
 	for i := range batch {
 		r := &batch[i]
-		if len(r.Key) == 0 {
-			l.skipped++
+		switch {
+		case r.Key == nil:
+			l.skips.skip(ReasonNullKey)
+			continue
+		case len(r.Key) == 0:
+			l.skips.skip(ReasonEmptyKey)
+			continue
+		case len(r.Key) > MaxKeySize:
+			err := l.skips.bad(&DataError{Topic: l.cfg.Topic, Partition: r.Partition, Offset: r.Offset,
+				Kind: ReasonKeyTooLarge, Reason: keyTooLarge("key", len(r.Key))})
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		// The key aliases the record's bytes: valid until the end of this
@@ -144,11 +173,12 @@ func (l *Latest) Finish(t Table) error {
 	return l.flushHeld(t)
 }
 
-// Stats reports Records (every record handed in) and Skipped (records with a
-// null or empty key). Latest has no Extra counters: they would depend on how the
-// records were cut into batches.
+// Stats reports Records (every record handed in), Skipped (records with a
+// null or empty key, and bad records skipped) and SkippedByReason. Latest has
+// no Extra counters: they would depend on how the records were cut into
+// batches.
 func (l *Latest) Stats() Stats {
-	return Stats{Records: l.records, Skipped: l.skipped}
+	return Stats{Records: l.records, Skipped: l.skips.total, SkippedByReason: l.skips.reasons()}
 }
 
 var _ Folder = (*Latest)(nil)

@@ -33,7 +33,7 @@ func TestLatestBasics(t *testing.T) {
 		{"last wins", [][]Record{{rec(0, 0, s("a"), s("1")), rec(0, 1, s("a"), s("2"))}},
 			map[string]string{"a": "2"}, Stats{Records: 2}},
 		{"null key skipped", [][]Record{{rec(0, 0, nil, s("x")), rec(0, 1, s("a"), s("1"))}},
-			map[string]string{"a": "1"}, Stats{Records: 2, Skipped: 1}},
+			map[string]string{"a": "1"}, Stats{Records: 2, Skipped: 1, SkippedByReason: map[string]int64{ReasonNullKey: 1}}},
 		{"tombstone deletes across batches", [][]Record{{rec(0, 0, s("a"), s("1")), rec(0, 1, s("b"), s("1"))}, {rec(0, 2, s("a"), nil)}},
 			map[string]string{"b": "1"}, Stats{Records: 3}},
 		{"tombstone then value in one batch", [][]Record{{rec(0, 0, s("a"), nil), rec(0, 1, s("a"), s("3"))}},
@@ -42,9 +42,9 @@ func TestLatestBasics(t *testing.T) {
 			map[string]string{}, Stats{Records: 2}},
 		{"tombstone of absent key", [][]Record{{rec(0, 0, s("zz"), nil)}}, map[string]string{}, Stats{Records: 1}},
 		{"empty value is a value", [][]Record{{rec(0, 0, s("a"), s(""))}}, map[string]string{"a": ""}, Stats{Records: 1}},
-		{"null key with null value", [][]Record{{rec(0, 0, nil, nil)}}, map[string]string{}, Stats{Records: 1, Skipped: 1}},
+		{"null key with null value", [][]Record{{rec(0, 0, nil, nil)}}, map[string]string{}, Stats{Records: 1, Skipped: 1, SkippedByReason: map[string]int64{ReasonNullKey: 1}}},
 		{"empty key skipped", [][]Record{{rec(0, 0, s(""), s("x")), rec(0, 1, s("a"), s("1"))}},
-			map[string]string{"a": "1"}, Stats{Records: 2, Skipped: 1}},
+			map[string]string{"a": "1"}, Stats{Records: 2, Skipped: 1, SkippedByReason: map[string]int64{ReasonEmptyKey: 1}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,6 +193,10 @@ func TestLatestRandom(t *testing.T) {
 					switch {
 					case r.Key == nil:
 						wantStats.Skipped++
+						if wantStats.SkippedByReason == nil {
+							wantStats.SkippedByReason = map[string]int64{}
+						}
+						wantStats.SkippedByReason[ReasonNullKey]++
 					case r.Value == nil:
 						delete(want, string(r.Key))
 					default:

@@ -166,6 +166,33 @@ func (g *Generation) bucket(tx *bolt.Tx) *bolt.Bucket {
 	return gens.Bucket(g.key)
 }
 
+// HasRows reports whether the unpublished generation has at least one row.
+// It is cheap (one cursor step), so a caller can check before Publish that
+// it is not about to replace a table with an empty one.
+func (g *Generation) HasRows() (bool, error) {
+	if g.done {
+		return false, fmt.Errorf("read generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
+	}
+	has := false
+	err := g.db.bolt.View(func(tx *bolt.Tx) error {
+		gb := g.bucket(tx)
+		if gb == nil {
+			return ErrGenerationGone
+		}
+		rows := gb.Bucket(BucketRows)
+		if rows == nil {
+			return fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+		}
+		k, _ := rows.Cursor().First()
+		has = k != nil
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("read generation %d of table %q: %w", g.id, g.table, err)
+	}
+	return has, nil
+}
+
 // rowsFillPercent is how full bbolt packs the rows bucket's pages when it
 // splits them. bbolt's default (0.5) suits random inserts into a long-lived
 // tree; a generation is written in sorted runs and never updated after

@@ -23,10 +23,17 @@ type TableMeta struct {
 	// BuiltAt is when the rebuild started (stored in UTC).
 	BuiltAt time.Time `json:"built_at"`
 	// Duration is how long the rebuild took.
-	Duration time.Duration    `json:"duration_ns"`
-	Records  int64            `json:"records"`
-	Skipped  int64            `json:"skipped"`
-	Extra    map[string]int64 `json:"extra,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+	Records  int64         `json:"records"`
+	Skipped  int64         `json:"skipped"`
+	// SkippedByReason splits Skipped by reason ("null_key",
+	// "key_too_large", ...). Absent in tables built before it existed.
+	SkippedByReason map[string]int64 `json:"skipped_by_reason,omitempty"`
+	// Empty is true when no record contributed a row: no rows, or only
+	// rows a fold writes without records (a count fold's catalog groups,
+	// all 0). Tables built before it existed read as false.
+	Empty bool             `json:"empty,omitempty"`
+	Extra map[string]int64 `json:"extra,omitempty"`
 }
 
 func encodeMeta(m TableMeta) ([]byte, error) {
