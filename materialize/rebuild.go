@@ -30,7 +30,14 @@ type Options struct {
 	// WriteBudget bounds the record bytes buffered per write transaction.
 	// Default DefaultWriteBudget.
 	WriteBudget int
-	Log         zerolog.Logger
+	// AllowEmpty publishes a rebuild in which no record contributed a row
+	// over a table that has such rows. By default that rebuild is refused
+	// with an *EmptyTableError (ErrWouldEmpty): a start past the last
+	// record (--from-timestamp in the future, offsets at the end) would
+	// otherwise wipe a full table and succeed. A first rebuild, or one over
+	// an empty table, is never refused.
+	AllowEmpty bool
+	Log        zerolog.Logger
 }
 
 // Report is what a published rebuild did.
@@ -88,6 +95,17 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	}
 
 	stats := opts.Fold.Stats()
+	empty, err := isEmpty(gen, opts.Fold)
+	if err != nil {
+		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
+	}
+	if empty && !opts.AllowEmpty {
+		// Returning drops the unpublished generation (the deferred Abort):
+		// readers keep the published table.
+		if err := refuseEmpty(opts.DB, opts.Table, stats); err != nil {
+			return Report{Replay: res}, err
+		}
+	}
 	meta := store.TableMeta{
 		Name:     opts.Table,
 		Topic:    opts.Replay.Topic,
@@ -98,6 +116,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		Records:  stats.Records,
 		Skipped:  stats.Skipped,
 		Extra:    stats.Extra,
+
+		SkippedByReason: stats.SkippedByReason,
+		Empty:           empty,
 	}
 	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End)}
 	for _, p := range res.Plan.Partitions {
@@ -116,7 +137,48 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if err != nil {
 		return Report{Replay: res}, err
 	}
+	if bad := badSkipped(stats.SkippedByReason); len(bad) > 0 {
+		log.Warn().Interface("skipped_by_reason", bad).Msg("bad records were skipped (--on-bad-record skip); the table leaves them out")
+	}
 	log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
 		Int64("keys", published.Keys).Dur("took", time.Since(started)).Msg("published")
 	return Report{Meta: published, Checkpoint: cp, Replay: res}, nil
+}
+
+// isEmpty reports whether no record contributed a row to the finished
+// generation: the fold says so (fold.EmptyReporter), or there is no row.
+func isEmpty(gen *store.Generation, f fold.Folder) (bool, error) {
+	if e, ok := f.(fold.EmptyReporter); ok {
+		return e.Empty(), nil
+	}
+	has, err := gen.HasRows()
+	return !has, err
+}
+
+// refuseEmpty returns an *EmptyTableError when table is published and not
+// empty; nil for a first rebuild or an empty table (nothing to wipe).
+func refuseEmpty(db *store.DB, table string, stats fold.Stats) error {
+	old, err := db.Table(table)
+	if errors.Is(err, store.ErrTableNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("table %q: %w", table, err)
+	}
+	if old.Empty || old.Keys == 0 {
+		return nil
+	}
+	return &EmptyTableError{Table: table, OldKeys: old.Keys, Records: stats.Records, Skipped: stats.Skipped}
+}
+
+// badSkipped returns the counts of bad records skipped, leaving out the
+// reasons that are always skipped (null and empty keys).
+func badSkipped(by map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range by {
+		if k != fold.ReasonNullKey && k != fold.ReasonEmptyKey {
+			out[k] = v
+		}
+	}
+	return out
 }
