@@ -6,6 +6,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -28,7 +29,7 @@ func exitCode(err error) int {
 		return exitOK
 	case isUsage(err), errors.Is(err, replay.ErrBadStart):
 		return exitUsage
-	case errors.Is(err, fold.ErrInvalidData):
+	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
 	case errors.As(err, new(*errLedgerMismatch)):
 		return exitConflict
@@ -73,6 +74,10 @@ func hint(err error) string {
 		return "rerun the rebuild; if retention keeps deleting under it, start later with --from-timestamp"
 	case errors.Is(err, store.ErrTableNotFound):
 		return "kmaterialize tables --db PATH"
+	case errors.Is(err, materialize.ErrWouldEmpty):
+		return "check --from-timestamp or --from-offsets; to publish the empty table anyway, add --allow-empty"
+	case errors.As(err, new(*fold.DataError)):
+		return "fix or remove the record, or rebuild with --on-bad-record skip to leave such records out and count them (kmaterialize tables shows them)"
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -16,12 +17,17 @@ func foldFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "ignore-field", Usage: "count: top-level JSON field left out when comparing duplicates (repeatable), e.g. sent_at"},
 		&cli.StringFlag{Name: "catalog", Usage: "count: JSON `FILE` with the groups that always appear: an array of names, or an object whose keys are the names"},
 		&cli.BoolFlag{Name: "allow-unknown-groups", Usage: "count: accept groups that are not in the catalog"},
+		&cli.StringFlag{Name: "on-bad-record", Value: "fail", Usage: "a record the fold cannot store (a key over 32 KiB; count: a value that is not a JSON object with the fields, a group outside the catalog): fail (exit 3, nothing published) or skip (leave it out and count it; kmaterialize tables shows the counts by reason)"},
 	}
 }
 
 // newFolder builds the fold the flags ask for.
 func newFolder(c *cli.Context, topic string) (fold.Folder, error) {
 	countOnly := []string{"identity-field", "group-field", "ignore-field", "catalog", "allow-unknown-groups"}
+	onBad, err := fold.ParseOnBadRecord(c.String("on-bad-record"))
+	if err != nil {
+		return nil, &usageError{msg: fmt.Sprintf("--on-bad-record %q: want fail or skip", c.String("on-bad-record")), hint: "--on-bad-record skip"}
+	}
 	switch name := c.String("fold"); name {
 	case "latest":
 		for _, f := range countOnly {
@@ -29,7 +35,7 @@ func newFolder(c *cli.Context, topic string) (fold.Folder, error) {
 				return nil, usageErrorf("--%s applies to --fold count only", f)
 			}
 		}
-		return fold.NewLatest(), nil
+		return fold.NewLatestWith(fold.LatestConfig{Topic: topic, OnBadRecord: onBad}), nil
 	case "count":
 		cfg := fold.CountConfig{
 			Topic:              topic,
@@ -37,6 +43,7 @@ func newFolder(c *cli.Context, topic string) (fold.Folder, error) {
 			GroupField:         c.String("group-field"),
 			IgnoreFields:       c.StringSlice("ignore-field"),
 			AllowUnknownGroups: c.Bool("allow-unknown-groups"),
+			OnBadRecord:        onBad,
 		}
 		if cfg.IdentityField == "" || cfg.GroupField == "" {
 			return nil, &usageError{msg: "--fold count needs --identity-field and --group-field",

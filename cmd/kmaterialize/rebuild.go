@@ -32,6 +32,14 @@ exits 4. --end stable stops at the last stable offset captured at start and
 never waits, but leaves out records committed after the oldest open
 transaction.
 
+A rebuild in which no record contributes a row (for example --from-timestamp
+after the last record) does not replace a table that has rows: it exits 3
+and keeps the published table, unless --allow-empty. A record the fold
+cannot store (a key over bbolt's 32 KiB limit; with --fold count, a value
+without a usable identity or group) exits 3 naming its partition and offset,
+unless --on-bad-record skip, which leaves it out and counts it by reason
+(see kmaterialize tables).
+
 Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-offsets 0=120,2=7
@@ -47,6 +55,7 @@ Examples:
 			&cli.StringFlag{Name: "from-timestamp", Usage: "start each partition at the first record with timestamp >= `TIME` (RFC 3339 or epoch milliseconds)"},
 			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
+			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
 		}, foldFlags()...),
 		Action: func(c *cli.Context) error {
@@ -65,6 +74,8 @@ type rebuildOptions struct {
 	dbPath   string
 	cfg      replay.Config
 	interval time.Duration
+	// allowEmpty lets an empty table replace a non-empty one.
+	allowEmpty bool
 }
 
 func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
@@ -79,7 +90,7 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval")}
+	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval"), allowEmpty: c.Bool("allow-empty")}
 	if o.table == "" {
 		o.table = c.String("topic")
 	}
@@ -148,11 +159,23 @@ func parseOffsets(s string) (map[int32]int64, error) {
 	return out, nil
 }
 
+// minMillisDigits is the fewest digits --from-timestamp accepts as epoch
+// milliseconds: 12 digits begin in 1973; fewer, from a present-day clock,
+// are seconds (10 digits until 2286), which read as milliseconds would
+// start in January 1970 and replay everything.
+const minMillisDigits = 12
+
 // parseTimestamp accepts RFC 3339 or epoch milliseconds.
 func parseTimestamp(s string) (time.Time, error) {
 	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if ms < 0 {
 			return time.Time{}, usageErrorf("--from-timestamp %q: negative epoch milliseconds", s)
+		}
+		if len(strings.TrimLeft(s, "+0")) < minMillisDigits {
+			return time.Time{}, &usageError{
+				msg:  fmt.Sprintf("--from-timestamp %s looks like seconds; --from-timestamp takes milliseconds since the epoch or RFC 3339", s),
+				hint: fmt.Sprintf("--from-timestamp %d000 or --from-timestamp %s", ms, time.Unix(ms, 0).UTC().Format(time.RFC3339)),
+			}
 		}
 		return time.UnixMilli(ms), nil
 	}
@@ -181,13 +204,14 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	o.cfg.Progress = prog.update
 	o.cfg.ProgressInterval = prog.tick()
 	log.Info().Str(keyTopic, o.cfg.Topic).Str(keyTable, o.table).Str("db", o.dbPath).Str("end", string(o.cfg.End)).Msg("rebuild started")
-	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Fold: o.folder, Log: log})
+	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Fold: o.folder,
+		AllowEmpty: o.allowEmpty, Log: log})
 	prog.finish()
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", o.table, o.cfg.Topic, err)
 	}
 	m := rep.Meta
-	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped, in %s\n",
-		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, m.Duration.Round(time.Millisecond))
+	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped%s, in %s\n",
+		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, byReason(m.SkippedByReason), m.Duration.Round(time.Millisecond))
 	return nil
 }

@@ -23,7 +23,8 @@ func tablesCommand() *cli.Command {
 		Usage:     "list the tables in a database with how and when they were built",
 		UsageText: "kmaterialize tables --db FILE [--format text|json]",
 		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
-how long it took, records read and skipped, and per partition the start
+how long it took, records read and skipped (by reason: null_key, empty_key,
+key_too_large, undecodable, unknown_group), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
 position reached.
 
@@ -100,7 +101,7 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		fmt.Fprintf(tw, "  keys:\t%d\n", t.Keys)
 		fmt.Fprintf(tw, "  built:\t%s (took %s)\n", t.BuiltAt.Local().Format(time.RFC3339), t.Duration.Round(time.Millisecond))
 		fmt.Fprintf(tw, "  records read:\t%d\n", t.Records)
-		fmt.Fprintf(tw, "  records skipped:\t%d\n", t.Skipped)
+		fmt.Fprintf(tw, "  records skipped:\t%d%s\n", t.Skipped, byReason(t.SkippedByReason))
 		keys := make([]string, 0, len(t.Extra))
 		for k := range t.Extra {
 			keys = append(keys, k)
@@ -116,6 +117,24 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// byReason formats skipped counts as " (key_too_large=1, null_key=3)", in
+// reason order; "" when there are none.
+func byReason(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func params(m map[string]string) string {
