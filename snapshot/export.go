@@ -44,7 +44,8 @@ type header struct {
 }
 
 // Write writes table as one JSON document to w, from one consistent read of
-// db.
+// db. A key or value that is not valid UTF-8 without Options.Base64 fails
+// it before anything is written to w.
 func Write(db *store.DB, table string, w io.Writer, opts Options) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	err := db.ReadTable(table, func(s *store.Snapshot) error {
@@ -73,6 +74,21 @@ func Write(db *store.DB, table string, w io.Writer, opts Options) error {
 		}
 		if opts.Base64 {
 			h.Encoding = "base64"
+		}
+		// A key or value that cannot be shown fails the export before its
+		// first byte: a half-written document on stdout would look
+		// complete to the next program in a pipe. The check reads the same
+		// snapshot the rows are then written from.
+		if !opts.Base64 {
+			if err := s.Rows(nil, 0, func(k, v []byte) error {
+				if _, err := Text(k, k, "key", false); err != nil {
+					return err
+				}
+				_, err := Text(k, v, "value", false)
+				return err
+			}); err != nil {
+				return err
+			}
 		}
 		hb, err := json.MarshalIndent(h, "", "  ")
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/store"
 	"github.com/urfave/cli/v2"
 )
 
@@ -23,9 +24,10 @@ func scanCommand() *cli.Command {
   tsv    key TAB value per line
 
 Keys and values are printed as UTF-8 strings. A key or value that is not
-valid UTF-8 is never mangled: the scan fails naming the key, unless --base64
-is given, which prints every key and value base64-encoded (standard encoding).
-In tsv, a key or value containing a tab or newline is refused the same way.
+valid UTF-8 is never mangled: the scan fails naming the key, before printing
+anything, unless --base64 is given, which prints every key and value
+base64-encoded (standard encoding). In tsv, a key or value containing a tab
+or newline is refused the same way.
 
 Examples:
   $ kmaterialize scan --db balances.db --table account-balances
@@ -63,12 +65,24 @@ Examples:
 				prefix = []byte(c.String("prefix"))
 			}
 			bw := bufio.NewWriterSize(stdoutOf(c), 64<<10)
-			f.begin(bw)
-			err = db.Scan(table, prefix, c.Int("limit"), func(k, v []byte) error { return f.row(bw, k, v) })
+			err = db.ReadTable(table, func(s *store.Snapshot) error {
+				// A row that cannot be shown fails the scan before its
+				// first byte: a partial document on stdout would look like
+				// a complete one to the next program in a pipe. Both passes
+				// read the same snapshot.
+				if err := s.Rows(prefix, c.Int("limit"), f.check); err != nil {
+					return err
+				}
+				f.begin(bw)
+				if err := s.Rows(prefix, c.Int("limit"), func(k, v []byte) error { return f.row(bw, k, v) }); err != nil {
+					return err
+				}
+				f.end(bw)
+				return nil
+			})
 			if err != nil {
 				return fmt.Errorf("scan table %q: %w", table, err)
 			}
-			f.end(bw)
 			return bw.Flush()
 		},
 	}
@@ -98,6 +112,18 @@ func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
 		return "", &usageError{msg: fmt.Sprintf("the %s of key %q contains a tab or newline, which tsv cannot show", what, k), hint: "--format jsonl, or --base64"}
 	}
 	return s, nil
+}
+
+// check returns the error row would return for k and v, writing nothing.
+func (f *rowFormatter) check(k, v []byte) error {
+	if f.b64 {
+		return nil
+	}
+	if _, err := f.text("key", k, k); err != nil {
+		return err
+	}
+	_, err := f.text("value", k, v)
+	return err
 }
 
 func (f *rowFormatter) begin(w io.Writer) {
