@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -35,6 +36,25 @@ func topicFlag() cli.Flag {
 
 func propsFlag() cli.Flag {
 	return &cli.StringSliceFlag{Name: "X", Usage: "librdkafka property `KEY=VALUE` (repeatable), e.g. -X security.protocol=SASL_SSL"}
+}
+
+// stallTimeout returns --stall-timeout, which must be positive: 0 would
+// otherwise fall back to a default without a word.
+func stallTimeout(c *cli.Context) (time.Duration, error) {
+	d := c.Duration("stall-timeout")
+	if d <= 0 {
+		return 0, &usageError{msg: fmt.Sprintf("--stall-timeout %s: must be positive", d), hint: "--stall-timeout 30s"}
+	}
+	return d, nil
+}
+
+// checkProps asks librdkafka, before any work, whether it accepts the -X
+// properties for the clients the command creates.
+func checkProps(brokers string, props map[string]string, kinds ...replay.ClientKind) error {
+	if len(props) == 0 {
+		return nil
+	}
+	return replay.CheckProps(brokers, props, kinds...)
 }
 
 func stallFlag() cli.Flag {

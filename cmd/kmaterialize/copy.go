@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/copier"
+	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 func copyCommand() *cli.Command {
@@ -69,8 +70,15 @@ Examples:
 			if c.Int("batch-records") <= 0 || c.Duration("batch-interval") <= 0 || c.Int64("max-records") < 0 || c.Duration("call-timeout") <= 0 {
 				return usageErrorf("--batch-records, --batch-interval and --call-timeout must be positive, --max-records not negative")
 			}
+			stall, err := stallTimeout(c)
+			if err != nil {
+				return err
+			}
 			k, err := parseKafka(c)
 			if err != nil {
+				return err
+			}
+			if err := checkProps(k.brokers, k.props, replay.ProducerClient, replay.ConsumerClient); err != nil {
 				return err
 			}
 			sum, err := copier.Run(c.Context, copier.Config{
@@ -78,7 +86,7 @@ Examples:
 				Group: c.String("group"), TransactionalID: c.String("transactional-id"),
 				BatchRecords: c.Int("batch-records"), BatchInterval: c.Duration("batch-interval"),
 				MaxRecords: c.Int64("max-records"), Follow: c.Bool("follow"), Abort: c.Bool("abort"),
-				Repartition: c.Bool("repartition"), StallTimeout: c.Duration("stall-timeout"),
+				Repartition: c.Bool("repartition"), StallTimeout: stall,
 				CallTimeout: c.Duration("call-timeout"), Log: k.log,
 			})
 			line, _ := json.Marshal(sum)

@@ -28,12 +28,19 @@ Examples:
 			if err != nil {
 				return err
 			}
+			stall, err := stallTimeout(c)
+			if err != nil {
+				return err
+			}
 			k, err := parseKafka(c)
 			if err != nil {
 				return err
 			}
+			if err := checkProps(k.brokers, k.props, replay.ConsumerClient); err != nil {
+				return err
+			}
 			plan, err := replay.Inspect(c.Context, replay.Config{Brokers: k.brokers, Topic: c.String("topic"), Props: k.props,
-				StallTimeout: c.Duration("stall-timeout"), Log: k.log})
+				StallTimeout: stall, Log: k.log})
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case isUsage(err), errors.Is(err, replay.ErrBadStart):
+	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
@@ -56,6 +56,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.Is(err, replay.ErrBadProperty):
+		return "check the -X property's name and value against librdkafka's CONFIGURATION.md"
 	case errors.Is(err, copier.ErrUnauthorized):
 		return "grant the principal access to the transactional id, the group and both topics, or check the credentials passed with -X"
 	case errors.Is(err, copier.ErrFenced):

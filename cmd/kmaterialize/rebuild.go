@@ -97,10 +97,11 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if o.folder, err = newFolder(c, c.String("topic")); err != nil {
 		return nil, err
 	}
-	o.cfg = replay.Config{Brokers: b, Topic: c.String("topic"), Props: props, StallTimeout: c.Duration("stall-timeout")}
-	if o.cfg.StallTimeout <= 0 {
-		return nil, usageErrorf("--stall-timeout must be positive")
+	stall, err := stallTimeout(c)
+	if err != nil {
+		return nil, err
 	}
+	o.cfg = replay.Config{Brokers: b, Topic: c.String("topic"), Props: props, StallTimeout: stall}
 	switch end := c.String("end"); end {
 	case "high":
 		o.cfg.End = replay.EndHigh
@@ -125,6 +126,9 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 			return nil, err
 		}
 		o.cfg.Start.Timestamp = ts
+	}
+	if err := checkProps(b, props, replay.ConsumerClient); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

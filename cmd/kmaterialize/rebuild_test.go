@@ -201,13 +201,19 @@ func TestFromTimestamp(t *testing.T) {
 		{T1.UTC().Format(time.RFC3339Nano), T1},
 		{T1.In(time.FixedZone("", 5*3600+30*60)).Format(time.RFC3339), T1.Truncate(time.Second)},
 		{strconv.FormatInt(T2.UnixMilli(), 10), T2},
-		{strconv.FormatInt(base.Add(time.Hour).UnixMilli(), 10), base.Add(time.Hour)}, // after every record
 	} {
 		mustCLI(t, 0, rebuildArgs(topic, db, "--from-timestamp", c.arg)...)
 		want, read, _ := oracle(all, from(c.T))
 		t.Logf("--from-timestamp %s: %d records from T on", c.arg, read)
 		checkTable(t, want, scanTable(t, db, topic))
 	}
+	// After every record: an empty table would replace a full one, which
+	// takes --allow-empty (TestEmptyTableGuard checks the refusal).
+	after := base.Add(time.Hour)
+	mustCLI(t, exitConflict, rebuildArgs(topic, db, "--from-timestamp", strconv.FormatInt(after.UnixMilli(), 10))...)
+	mustCLI(t, 0, rebuildArgs(topic, db, "--from-timestamp", strconv.FormatInt(after.UnixMilli(), 10), "--allow-empty")...)
+	want, _, _ := oracle(all, from(after))
+	checkTable(t, want, scanTable(t, db, topic))
 	mustCLI(t, exitUsage, rebuildArgs(topic, db, "--from-timestamp", "yesterday")...)
 	mustCLI(t, exitUsage, rebuildArgs(topic, db, "--from-timestamp", "0", "--from-offsets", "0=1")...)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/verify"
 )
 
@@ -24,12 +25,19 @@ func runVerify(c *cli.Context) error {
 	if by != "record" && by != "value" {
 		return usageErrorf("--by %q: want record or value", by)
 	}
+	stall, err := stallTimeout(c)
+	if err != nil {
+		return err
+	}
 	k, err := parseKafka(c)
 	if err != nil {
 		return err
 	}
+	if err := checkProps(k.brokers, k.props, replay.ConsumerClient); err != nil {
+		return err
+	}
 	rep, err := verify.Run(c.Context, verify.Config{Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
-		ByValue: by == "value", StallTimeout: c.Duration("stall-timeout"), Examples: c.Int("examples"), Log: k.log})
+		ByValue: by == "value", StallTimeout: stall, Examples: c.Int("examples"), Log: k.log})
 	if err != nil {
 		return err
 	}
