@@ -54,8 +54,8 @@ const (
 // than a client error in the middle of it. Only librdkafka's verdict
 // counts: its error is classified by code (kafka.ErrInvalidArg), and the
 // property is named by trying each one alone. Any other error creating a
-// client is returned wrapped. The clients are closed before CheckProps
-// returns; they join no group and send nothing.
+// client is returned as it is. The clients are closed before CheckProps
+// returns; they join no group and produce nothing.
 func CheckProps(brokers string, props map[string]string, kinds ...ClientKind) error {
 	err := tryClients(brokers, props, kinds)
 	var ke kafka.Error
@@ -92,7 +92,16 @@ func tryClients(brokers string, props map[string]string, kinds []ClientKind) err
 }
 
 func tryClient(brokers string, props map[string]string, kind ClientKind) error {
-	cm, err := ClientConfig(brokers, props)
+	var cm *kafka.ConfigMap
+	var err error
+	if kind == ProducerClient {
+		cm, err = ClientConfig(brokers, props)
+	} else {
+		// The replay's own consumer configuration (tuned defaults, the
+		// user's properties, the fixed read-only ones), so that what
+		// passes here is what the replay will create.
+		cm, _, err = consumerConfig(Config{Brokers: brokers, Props: props})
+	}
 	if err != nil {
 		return err
 	}
@@ -117,10 +126,6 @@ func tryClient(brokers string, props map[string]string, kind ClientKind) error {
 		drain(p.Logs())
 		p.Close()
 	default:
-		if v, _ := cm.Get("group.id", ""); v == "" {
-			// NewConsumer requires one; this consumer never joins it.
-			_ = cm.SetKey("group.id", "kmaterialize-check-"+randomHex(4))
-		}
 		c, err := kafka.NewConsumer(cm)
 		if err != nil {
 			return err
