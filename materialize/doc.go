@@ -13,4 +13,11 @@
 // interruption or a kill at any earlier point leaves readers on the previous
 // generation; the unpublished one is removed by Abort, or by the next
 // read-write open of the file after a kill.
+//
+// # Refusals
+//
+// A rebuild in which no record contributed a row is not published over a
+// table that has such rows, unless Options.AllowEmpty (*EmptyTableError):
+// a start past the last record must not wipe a table and succeed. Bad
+// records are the fold's to refuse or skip (fold.OnBadRecord).
 package materialize
