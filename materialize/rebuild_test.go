@@ -32,10 +32,7 @@ func TestLatestRebuildAgainstOracle(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	topic := "latest-oracle"
-	if err := broker.CreateTopic(topic, 3, nil); err != nil {
-		t.Fatal(err)
-	}
+	topic := uniqueTopic(t, 3)
 	var recs []localkafka.Record
 	for i := 0; i < 3000; i++ {
 		// A key lives in one partition, as Kafka's partitioners place it:
