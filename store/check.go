@@ -52,8 +52,16 @@ func (r *CheckReport) Err() error {
 	return &CorruptError{Path: r.Path, Reason: reason}
 }
 
+// problem adds a problem once: the page walk and the schema check can
+// trip on the same damaged page.
 func (r *CheckReport) problem(format string, args ...any) {
-	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	p := fmt.Sprintf(format, args...)
+	for _, q := range r.Problems {
+		if q == p {
+			return
+		}
+	}
+	r.Problems = append(r.Problems, p)
 }
 
 func (r *CheckReport) warn(format string, args ...any) {
@@ -86,9 +94,12 @@ func Check(path string, opts *CheckOptions) (*CheckReport, error) {
 	}
 	r.Warnings = append(r.Warnings, rep.warnings...)
 
+	if len(rep.warnings) > 0 && o.PageCheck != nil {
+		r.warn("bbolt's full page check cannot run past a torn meta page: only the page walk of a read-write open was done")
+	}
 	if o.PageCheck == nil {
 		r.warn("bbolt's page walk was skipped")
-	} else if err := o.PageCheck(path, o.LockTimeout); err != nil {
+	} else if err := o.PageCheck(path, o.LockTimeout, true); err != nil {
 		if !errors.As(err, &ce) {
 			return nil, err
 		}

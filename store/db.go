@@ -38,6 +38,10 @@ type Options struct {
 	// page may end the process (bbolt's freelist scan panics in a goroutine
 	// of its own).
 	PageCheck PageCheck
+
+	// preloadFreelist makes a read-only open scan the pages for the
+	// freelist as a read-write open does (CheckPages).
+	preloadFreelist bool
 }
 
 // DB is one open kmaterialize file. Its methods are safe for concurrent use;
@@ -121,7 +125,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		return nil, false, notExist(path, true)
 	}
 	if !o.ReadOnly && o.PageCheck != nil && err == nil && !rep.empty {
-		if err := o.PageCheck(path, timeout); err != nil {
+		if err := o.PageCheck(path, timeout, false); err != nil {
 			return nil, false, err
 		}
 	}
@@ -147,6 +151,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		// readers and remap, which a fresh rebuild would otherwise do
 		// several times during its first commits.
 		InitialMmapSize: initialMmapSize(o.ReadOnly),
+		PreLoadFreelist: o.preloadFreelist,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, mode)
 			locked = f

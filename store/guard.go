@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -36,7 +37,12 @@ func guard(path string, fn func() error) (err error) {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
 			cause, _ := r.(error)
-			err = &CorruptError{Path: path, Reason: fmt.Sprintf("reading it failed: %v", r), Err: cause}
+			reason := fmt.Sprintf("reading it failed: %v", r)
+			var fault interface{ Addr() uintptr }
+			if errors.As(cause, &fault) {
+				reason = fmt.Sprintf("reading it failed: memory fault at %#x (a page number past the end of the file or of its map)", fault.Addr())
+			}
+			err = &CorruptError{Path: path, Reason: reason, Err: cause}
 		}
 	}()
 	return fn()

@@ -14,30 +14,43 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// PageCheck walks every page of the database at path (bbolt's Tx.Check) and
-// returns nil when it is sound, a *CorruptError when it is not, a
-// *LockedError when the file stays locked past lockTimeout.
+// PageCheck walks every page of the database at path and returns nil when it
+// is sound, a *CorruptError when it is not, a *LockedError when the file
+// stays locked past lockTimeout. full asks for bbolt's Tx.Check (every page
+// accounted for, keys in order); otherwise the walk is the one a read-write
+// open makes (the freelist scan), which is what Open needs to know survives.
 //
 // bbolt's whole-file walks (Tx.Check, and the freelist scan of a read-write
 // open with NoFreelistSync) report some damage by panicking in a goroutine of
 // their own, which no recover reaches: run in this process, they would end
 // it. So the walk runs in a child process (ChildPageCheck), whose crash
 // means "corrupt"; CheckPages is what the child runs.
-type PageCheck func(path string, lockTimeout time.Duration) error
+type PageCheck func(path string, lockTimeout time.Duration, full bool) error
 
 // maxPageErrors bounds the errors of bbolt's check kept in a report.
 const maxPageErrors = 20
 
-// CheckPages runs bbolt's consistency check of every page of the file in
-// this process, under a read-only open. It can end the process (see
-// PageCheck): call it only in a process whose death the caller can observe,
-// as PageCheckMain does.
-func CheckPages(path string, lockTimeout time.Duration) error {
-	db, err := Open(path, &Options{ReadOnly: true, LockTimeout: lockTimeout})
+// CheckPages walks every page of the file in this process, under a read-only
+// open: the freelist scan a read-write open makes and, if full, bbolt's
+// consistency check. It can end the process (see PageCheck): call it only in
+// a process whose death the caller can observe, as PageCheckMain does.
+//
+// bbolt's check asserts on both meta pages, so it cannot run on a file with
+// one torn meta page (which bbolt itself opens fine, from the other): there
+// the freelist scan is the whole check.
+func CheckPages(path string, lockTimeout time.Duration, full bool) error {
+	rep, err := preflight(path)
+	if err != nil {
+		return err
+	}
+	db, err := Open(path, &Options{ReadOnly: true, LockTimeout: lockTimeout, preloadFreelist: true})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if !full || len(rep.warnings) > 0 {
+		return nil
+	}
 	var problems []string
 	err = db.view(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
@@ -67,8 +80,8 @@ type pageCheckResult struct {
 // PageCheckMain is the child side of ChildPageCheck: it runs CheckPages and
 // writes the outcome as one JSON line to w. The child process should then
 // exit 0; any other end (a panic, a signal) means bbolt crashed on the file.
-func PageCheckMain(path string, lockTimeout time.Duration, w io.Writer) error {
-	err := CheckPages(path, lockTimeout)
+func PageCheckMain(path string, lockTimeout time.Duration, full bool, w io.Writer) error {
+	err := CheckPages(path, lockTimeout, full)
 	var res pageCheckResult
 	var ce *CorruptError
 	switch {
@@ -84,13 +97,14 @@ func PageCheckMain(path string, lockTimeout time.Duration, w io.Writer) error {
 	return json.NewEncoder(w).Encode(res)
 }
 
-// ChildPageCheck returns a PageCheck that runs command(path, lockTimeout): a
-// child process that must call PageCheckMain with those arguments and exit.
+// ChildPageCheck returns a PageCheck that runs command(path, lockTimeout,
+// full): a child process that must call PageCheckMain with those arguments
+// and exit.
 // A child that ends without writing its result (bbolt panicked or the
 // process faulted) means the file is corrupt; the reason quotes the panic.
-func ChildPageCheck(command func(ctx context.Context, path string, lockTimeout time.Duration) *exec.Cmd) PageCheck {
-	return func(path string, lockTimeout time.Duration) error {
-		cmd := command(context.Background(), path, lockTimeout)
+func ChildPageCheck(command func(ctx context.Context, path string, lockTimeout time.Duration, full bool) *exec.Cmd) PageCheck {
+	return func(path string, lockTimeout time.Duration, full bool) error {
+		cmd := command(context.Background(), path, lockTimeout, full)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		runErr := cmd.Run()
