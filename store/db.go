@@ -39,9 +39,10 @@ type Options struct {
 	// of its own).
 	PageCheck PageCheck
 
-	// preloadFreelist makes a read-only open scan the pages for the
-	// freelist as a read-write open does (CheckPages).
-	preloadFreelist bool
+	// pageWalk opens only to walk the pages (CheckPages): a read-only open
+	// that scans the pages for the freelist as a read-write open does, and
+	// skips the format version check (pages do not depend on it).
+	pageWalk bool
 }
 
 // DB is one open kmaterialize file. Its methods are safe for concurrent use;
@@ -151,7 +152,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		// readers and remap, which a fresh rebuild would otherwise do
 		// several times during its first commits.
 		InitialMmapSize: initialMmapSize(o.ReadOnly),
-		PreLoadFreelist: o.preloadFreelist,
+		PreLoadFreelist: o.pageWalk,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, mode)
 			locked = f
@@ -176,9 +177,11 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 	}
 
 	db := &DB{bolt: bdb, path: path, readOnly: o.ReadOnly}
-	if o.ReadOnly {
+	switch {
+	case o.pageWalk:
+	case o.ReadOnly:
 		err = db.view(db.checkFormat)
-	} else {
+	default:
 		h := Holder{PID: os.Getpid(), Command: o.Command, Since: time.Now().UTC().Truncate(time.Second)}
 		if err = writeHolder(path, h); err == nil {
 			db.holder = &h

@@ -43,7 +43,7 @@ func CheckPages(path string, lockTimeout time.Duration, full bool) error {
 	if err != nil {
 		return err
 	}
-	db, err := Open(path, &Options{ReadOnly: true, LockTimeout: lockTimeout, preloadFreelist: true})
+	db, err := Open(path, &Options{ReadOnly: true, LockTimeout: lockTimeout, pageWalk: true})
 	if err != nil {
 		return err
 	}
