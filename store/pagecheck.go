@@ -125,25 +125,35 @@ func ChildPageCheck(command func(ctx context.Context, path string, lockTimeout t
 		if !errors.As(runErr, &exit) {
 			return fmt.Errorf("check the pages of %s: run %s: %v", path, cmd.Path, runErr)
 		}
-		return &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt crashed walking its pages (%s): %s", exit.ProcessState, crashLine(stderr.String())), Err: runErr}
+		// No result: the child died. A Go panic or fault there (bbolt's
+		// goroutine asserting on a damaged page) means the file is
+		// corrupt; a child that failed otherwise says nothing about it.
+		why, crashed := crashLine(stderr.String())
+		if !crashed && exit.ProcessState.Exited() {
+			return fmt.Errorf("check the pages of %s: %s failed (%s): %s", path, cmd.Path, exit.ProcessState, why)
+		}
+		return &CorruptError{Path: path, Reason: "bbolt crashed walking its pages: " + why, Err: runErr}
 	}
 }
 
-// crashLine picks the line that says why a Go process died: its "panic:" or
-// "fatal error:" or "unexpected fault" line.
-func crashLine(stderr string) string {
-	for _, line := range strings.Split(stderr, "\n") {
+// crashLine picks the line that says why a Go process died (its "panic:",
+// "fatal error:" or "unexpected fault" line, without the prefix: the parent
+// reports the crash, it does not have one); crashed is false when there is
+// none, and line is then the first line of stderr.
+func crashLine(stderr string) (line string, crashed bool) {
+	for _, l := range strings.Split(stderr, "\n") {
 		for _, p := range []string{"panic: ", "fatal error: ", "unexpected fault"} {
-			if strings.HasPrefix(line, p) {
-				return strings.TrimSpace(line)
+			if strings.HasPrefix(l, p) {
+				return strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(l, "panic: "), "fatal error: ")), true
 			}
 		}
 	}
-	if s := strings.TrimSpace(stderr); s != "" {
-		if i := strings.IndexByte(s, '\n'); i > 0 {
-			return s[:i]
-		}
-		return s
+	s := strings.TrimSpace(stderr)
+	if i := strings.IndexByte(s, '\n'); i > 0 {
+		s = s[:i]
 	}
-	return "no message"
+	if s == "" {
+		s = "no message"
+	}
+	return s, false
 }

@@ -153,6 +153,86 @@ func TestCorruptDatabaseEveryCommand(t *testing.T) {
 	}
 }
 
+// TestFreedPageReferenced: a branch of the rows points at a page the last
+// publish freed (a stale but well-formed leaf of other keys). Reads cannot
+// tell; bbolt's page walk can, and it panics in a goroutine of its own: check
+// and rebuild run it in a child, and must report corruption (exit 1), not
+// crash.
+func TestFreedPageReferenced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tables.db")
+	db, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First generation: short "z-" rows, freed by the second publish.
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Write(func(tb fold.Table) error {
+		for i := 0; i < 3000; i++ {
+			if err := tb.Put([]byte(fmt.Sprintf("z-%05d", i)), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = g.Publish(store.TableMeta{Topic: "t"}, nil)
+	}
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := dbdamage.Inspect(path, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildDB(t, path, 3000)
+	cur, err := dbdamage.Inspect(path, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dbdamage.SetBranchChild(path, cur.PageSize, cur.RowsRoot, 0, old.Leaves[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"check", "rebuild"} {
+		r := binRun(t, dbCommands(path)[name]...)
+		if r.code != exitError || !strings.Contains(r.stderr, "database is corrupt: "+path+": ") ||
+			strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "goroutine ") {
+			t.Errorf("%s: exit %d, want 1 saying %s is corrupt, without a crash trace", name, r.code, path)
+		}
+		if !strings.Contains(r.stdout+r.stderr, "bbolt crashed walking its pages") {
+			t.Errorf("%s: the report does not say bbolt's page walk crashed (the fault this test is about)", name)
+		}
+	}
+}
+
+// TestNewerFormatRefused: a file of a newer format version is exit 1 with a
+// message saying so, from a query and a rebuild.
+func TestNewerFormatRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tables.db")
+	buildDB(t, path, 10)
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(store.BucketMeta).Put(store.KeyFormatVersion, store.GenerationKey(store.FormatVersion+1))
+	})
+	bdb.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"get", "rebuild", "check"} {
+		r := binRun(t, dbCommands(path)[name]...)
+		if r.code != exitError || !strings.Contains(r.stderr+r.stdout, fmt.Sprintf("format version %d", store.FormatVersion+1)) ||
+			!strings.Contains(r.stderr+r.stdout, "newer") {
+			t.Errorf("%s: exit %d, want 1 saying the format is newer", name, r.code)
+		}
+	}
+}
+
 // TestReplaceCorrupt: rebuild --replace-corrupt moves the damaged file aside
 // (kept byte for byte) and builds the table fresh.
 func TestReplaceCorrupt(t *testing.T) {
