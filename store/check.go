@@ -71,7 +71,8 @@ func (r *CheckReport) warn(format string, args ...any) {
 // Check verifies the database at path without changing it: its meta pages
 // and size, every page (opts.PageCheck), and the schema's invariants (see
 // checkSchema). The report lists each problem; the error is for what keeps
-// Check from looking (a missing file, a busy one, a file that is not bbolt).
+// Check from looking (a missing file, a busy one, a file that is not bbolt
+// or of a newer format version: ErrFormat, not corruption).
 func Check(path string, opts *CheckOptions) (*CheckReport, error) {
 	var o CheckOptions
 	if opts != nil {
@@ -112,10 +113,6 @@ func Check(path string, opts *CheckOptions) (*CheckReport, error) {
 	if err != nil {
 		if errors.As(err, &ce) {
 			r.problem("%s", ce.Reason)
-			return r, nil
-		}
-		if errors.Is(err, ErrFormat) {
-			r.problem("%v", err)
 			return r, nil
 		}
 		return nil, err

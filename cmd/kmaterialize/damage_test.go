@@ -227,8 +227,8 @@ func TestNewerFormatRefused(t *testing.T) {
 	for _, name := range []string{"get", "rebuild", "check"} {
 		r := binRun(t, dbCommands(path)[name]...)
 		if r.code != exitError || !strings.Contains(r.stderr+r.stdout, fmt.Sprintf("format version %d", store.FormatVersion+1)) ||
-			!strings.Contains(r.stderr+r.stdout, "newer") {
-			t.Errorf("%s: exit %d, want 1 saying the format is newer", name, r.code)
+			!strings.Contains(r.stderr+r.stdout, "newer") || strings.Contains(r.stderr, "corrupt") {
+			t.Errorf("%s: exit %d, want 1 saying the format is newer (and not that the file is corrupt)", name, r.code)
 		}
 	}
 }
