@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,10 +101,14 @@ func rebuildArgs(topic, db string, extra ...string) []string {
 	return append([]string{"rebuild", "--brokers", broker.Addr, "--topic", topic, "--db", db, "--stall-timeout", "20s"}, extra...)
 }
 
-// newTopic creates a topic named after the test.
+// topicSeq makes topic names unique within the test process, which runs
+// each test several times under -count and shares one broker.
+var topicSeq atomic.Int64
+
+// newTopic creates a topic named after the test, unique in this process.
 func newTopic(t *testing.T, partitions int32) string {
 	t.Helper()
-	topic := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	topic := fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), topicSeq.Add(1))
 	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -298,7 +298,7 @@ func TestOpenTransaction(t *testing.T) {
 // exits 7 (busy) naming the holder from its holder record, without hanging.
 func TestUnavailable(t *testing.T) {
 	db := dbPath(t)
-	missing := strings.ReplaceAll(t.Name(), "/", "-") + "-no-such-topic"
+	missing := fmt.Sprintf("%s-%d-no-such-topic", strings.ReplaceAll(t.Name(), "/", "-"), topicSeq.Add(1))
 	r := mustCLI(t, exitUnavailable, rebuildArgs(missing, db)...)
 	if !strings.Contains(r.stderr, missing) {
 		t.Fatalf("stderr does not name the topic:\n%s", r.stderr)
