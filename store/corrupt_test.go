@@ -6,6 +6,18 @@ package store_test
 // *CorruptError instead, in this process; read-write opens and Check run
 // bbolt's page walk in a child process (store.TestPageCheck: this test
 // binary), whose crash must also become a *CorruptError.
+//
+// Which damage reaches which path:
+//
+//	damage                        caught by
+//	file shorter than its pages   preflight (size vs the meta page's page count): every Open
+//	both meta pages bad           preflight: every Open
+//	one meta page bad             nothing to catch: bbolt uses the other (a warning in Check)
+//	garbage row page              reads (guard: bbolt's page assertion); rw Open and Check (page walk)
+//	page number past the file     reads (guard: memory fault); rw Open and Check (page walk)
+//	freed page referenced         not reads (a well-formed stale leaf); rw Open and Check (the
+//	                              page walk crashes in bbolt's goroutine, in the child) and
+//	                              Check's row counts
 
 import (
 	"encoding/binary"

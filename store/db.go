@@ -31,7 +31,7 @@ type Options struct {
 	ReadOnly bool
 	// Command describes this process in the holder record a read-write
 	// Open writes (see Holder), e.g. "kmaterialize rebuild --db x --table y".
-	// Never put secrets in it: any local user may read the record.
+	// Never put secrets in it: it is a plain file beside the database.
 	Command string
 	// PageCheck, if not nil, is run before a read-write Open maps the file:
 	// see PageCheck. Without it, a read-write Open of a file with a damaged
@@ -182,11 +182,13 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 	case o.ReadOnly:
 		err = db.view(db.checkFormat)
 	default:
+		// Without a record (a directory this process may not write to),
+		// the database still opens; busy messages then name no holder.
 		h := Holder{PID: os.Getpid(), Command: o.Command, Since: time.Now().UTC().Truncate(time.Second)}
-		if err = writeHolder(path, h); err == nil {
+		if writeHolder(path, h) == nil {
 			db.holder = &h
-			err = guard(path, func() error { return bdb.Update(db.initAndClean) })
 		}
+		err = guard(path, func() error { return bdb.Update(db.initAndClean) })
 	}
 	if err != nil {
 		_ = db.Close()
