@@ -74,5 +74,9 @@ type Summary struct {
 	Committed    bool   `json:"committed"`    // false with Abort
 	Retries      int64  `json:"retries"`      // transactional calls retried
 	Aborts       int64  `json:"aborts"`       // transactions aborted after an abortable error and redone
-	ElapsedMs    int64  `json:"elapsed_ms"`
+	// SkippedByRetention counts source records deleted by retention
+	// between the group's committed offset and the copy (each gap is
+	// logged with its offsets).
+	SkippedByRetention int64 `json:"skipped_by_retention,omitempty"`
+	ElapsedMs          int64 `json:"elapsed_ms"`
 }

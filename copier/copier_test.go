@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,38 +136,42 @@ func verifyClean(t *testing.T, from, to string) {
 }
 
 func TestCopyExactlyOnce(t *testing.T) {
-	want := ledger(t, "ledger-a", 3, 400)
-	if err := broker.CreateTopic("ledger-a-copy", 3, nil); err != nil {
+	src := uniq(t, "ledger-a")
+	dst := src + "-copy"
+	want := ledger(t, src, 3, 400)
+	if err := broker.CreateTopic(dst, 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := copier.Run(context.Background(), cfg(t, "ledger-a", "ledger-a-copy"))
+	sum, err := copier.Run(context.Background(), cfg(t, src, dst))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Records != int64(len(want)) || !sum.Committed || sum.Transactions < 2 {
 		t.Fatalf("summary %+v, want %d records committed in several transactions", sum, len(want))
 	}
-	if diff := cmp.Diff(want, readCommitted(t, "ledger-a-copy")); diff != "" {
+	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(highs("ledger-a"), groupOffsets(t, "ledger-a-copy-group", "ledger-a")); diff != "" {
+	if diff := cmp.Diff(highs(src), groupOffsets(t, dst+"-group", src)); diff != "" {
 		t.Fatalf("group offsets vs source end offsets (-want +got):\n%s", diff)
 	}
-	verifyClean(t, "ledger-a", "ledger-a-copy")
+	verifyClean(t, src, dst)
 	// A second run has nothing to do and copies nothing twice.
-	sum, err = copier.Run(context.Background(), cfg(t, "ledger-a", "ledger-a-copy"))
+	sum, err = copier.Run(context.Background(), cfg(t, src, dst))
 	if err != nil || sum.Records != 0 {
 		t.Fatalf("second run: %+v, %v", sum, err)
 	}
-	verifyClean(t, "ledger-a", "ledger-a-copy")
+	verifyClean(t, src, dst)
 }
 
 func TestAbortThenCopy(t *testing.T) {
-	want := ledger(t, "ledger-b", 2, 200)
-	if err := broker.CreateTopic("ledger-b-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-b")
+	dst := src + "-copy"
+	want := ledger(t, src, 2, 200)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := cfg(t, "ledger-b", "ledger-b-copy")
+	c := cfg(t, src, dst)
 	c.Abort = true
 	sum, err := copier.Run(context.Background(), c)
 	if err != nil {
@@ -175,10 +180,10 @@ func TestAbortThenCopy(t *testing.T) {
 	if sum.Records != int64(len(want)) || sum.Committed {
 		t.Fatalf("abort summary %+v, want %d records not committed", sum, len(want))
 	}
-	if got := readCommitted(t, "ledger-b-copy"); len(got) != 0 {
+	if got := readCommitted(t, dst); len(got) != 0 {
 		t.Fatalf("aborted records visible: %d", len(got))
 	}
-	if offs := groupOffsets(t, "ledger-b-copy-group", "ledger-b"); len(offs) != 0 {
+	if offs := groupOffsets(t, dst+"-group", src); len(offs) != 0 {
 		t.Fatalf("abort advanced the group: %v", offs)
 	}
 	c.Abort, c.MaxRecords = true, 30
@@ -189,29 +194,33 @@ func TestAbortThenCopy(t *testing.T) {
 	if _, err := copier.Run(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, readCommitted(t, "ledger-b-copy")); diff != "" {
+	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
-	verifyClean(t, "ledger-b", "ledger-b-copy")
+	verifyClean(t, src, dst)
 }
 
 func TestDestinationTooSmall(t *testing.T) {
-	ledger(t, "ledger-c", 3, 10)
-	if err := broker.CreateTopic("ledger-c-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-c")
+	dst := src + "-copy"
+	ledger(t, src, 3, 10)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err := copier.Run(context.Background(), cfg(t, "ledger-c", "ledger-c-copy"))
+	_, err := copier.Run(context.Background(), cfg(t, src, dst))
 	if !errors.Is(err, copier.ErrBadDestination) {
 		t.Fatalf("err = %v, want ErrBadDestination", err)
 	}
 }
 
 func TestRepartition(t *testing.T) {
-	want := ledger(t, "ledger-r", 3, 90)
-	if err := broker.CreateTopic("ledger-r-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-r")
+	dst := src + "-copy"
+	want := ledger(t, src, 3, 90)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := cfg(t, "ledger-r", "ledger-r-copy")
+	c := cfg(t, src, dst)
 	c.Repartition = true
 	if _, err := copier.Run(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -224,7 +233,7 @@ func TestRepartition(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	got := readCommitted(t, "ledger-r-copy")
+	got := readCommitted(t, dst)
 	if diff := cmp.Diff(strip(want), strip(got)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
@@ -240,11 +249,13 @@ func TestRepartition(t *testing.T) {
 }
 
 func TestFencing(t *testing.T) {
-	ledger(t, "ledger-f", 2, 300)
-	if err := broker.CreateTopic("ledger-f-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-f")
+	dst := src + "-copy"
+	ledger(t, src, 2, 300)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	first := cfg(t, "ledger-f", "ledger-f-copy")
+	first := cfg(t, src, dst)
 	first.Follow = true
 	first.BatchRecords = 5
 	ctx, cancel := context.WithCancel(context.Background())
@@ -258,13 +269,13 @@ func TestFencing(t *testing.T) {
 	}()
 	// Let the first copier commit something, then start the second.
 	deadline := time.Now().Add(20 * time.Second)
-	for len(groupOffsets(t, "ledger-f-copy-group", "ledger-f")) == 0 {
+	for len(groupOffsets(t, dst+"-group", src)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("first copier never committed")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	second := cfg(t, "ledger-f", "ledger-f-copy")
+	second := cfg(t, src, dst)
 	if _, err := copier.Run(context.Background(), second); err != nil {
 		t.Fatalf("second copier: %v", err)
 	}
@@ -272,66 +283,201 @@ func TestFencing(t *testing.T) {
 	if !errors.Is(firstErr, copier.ErrFenced) {
 		t.Fatalf("first copier ended with %v, want ErrFenced", firstErr)
 	}
-	verifyClean(t, "ledger-f", "ledger-f-copy")
+	verifyClean(t, src, dst)
 }
 
+// faultClass is what a broker fault must lead to.
+type faultClass int
+
+const (
+	// retriable: the copy completes with exact output and no abort. A
+	// retriable error that became an abort or a failure fails the test.
+	retriableFault faultClass = iota
+	// abortable: the copy completes with exact output after at least one
+	// abort.
+	abortableFault
+	// fenced and unauthorized: the copy stops with that error and without
+	// duplicates; a rerun without the fault completes exactly.
+	fencedFault
+	unauthorizedFault
+)
+
+// TestBrokerFaults injects each broker error a transactional copy can meet
+// and asserts its class exactly (see faultClass), with the fault's hits
+// counted so that no case passes without its fault.
 func TestBrokerFaults(t *testing.T) {
+	txn := func(k kmsg.Key, e *kerr.Error, n int) kfake.Fault {
+		return kfake.Fault{Keys: []kmsg.Key{k}, Err: e, TopLevel: true, Count: n}
+	}
 	cases := []struct {
 		name  string
-		fault kfake.Fault
+		fault kfake.Fault // Topic and TxnID are filled in per run
+		class faultClass
 	}{
-		{"retriable produce error", kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "ledger-x0-copy", Err: kerr.NotLeaderForPartition, Count: 3}},
-		{"failed EndTxn", kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.CoordinatorNotAvailable, TopLevel: true, Count: 2}},
-		{"coordinator not available on AddOffsetsToTxn", kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, Err: kerr.CoordinatorNotAvailable, TopLevel: true, Count: 2}},
-		{"EndTxn timed out (outcome unknown)", kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, TopLevel: true, Count: 1}},
-		{"abortable produce error", kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "ledger-x4-copy", Err: kerr.InvalidRecord, Count: 1}},
+		{"Produce NOT_LEADER_OR_FOLLOWER", kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition, Count: 3}, retriableFault},
+		{"EndTxn COORDINATOR_NOT_AVAILABLE", txn(kmsg.EndTxn, kerr.CoordinatorNotAvailable, 2), retriableFault},
+		{"AddOffsetsToTxn COORDINATOR_NOT_AVAILABLE", txn(kmsg.AddOffsetsToTxn, kerr.CoordinatorNotAvailable, 2), retriableFault},
+		{"EndTxn NOT_COORDINATOR", txn(kmsg.EndTxn, kerr.NotCoordinator, 2), retriableFault},
+		{"AddOffsetsToTxn NOT_COORDINATOR", txn(kmsg.AddOffsetsToTxn, kerr.NotCoordinator, 2), retriableFault},
+		{"EndTxn CONCURRENT_TRANSACTIONS", txn(kmsg.EndTxn, kerr.ConcurrentTransactions, 2), retriableFault},
+		{"AddOffsetsToTxn CONCURRENT_TRANSACTIONS", txn(kmsg.AddOffsetsToTxn, kerr.ConcurrentTransactions, 2), retriableFault},
+		{"AddPartitionsToTxn CONCURRENT_TRANSACTIONS", txn(kmsg.AddPartitionsToTxn, kerr.ConcurrentTransactions, 2), retriableFault},
+		{"Produce INVALID_RECORD", kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: 1}, abortableFault},
+		// librdkafka makes a transaction abortable when the coordinator
+		// answers EndTxn with REQUEST_TIMED_OUT (the coordinator refuses an
+		// abort of a commit it went on with, so this cannot lose or
+		// double records). A commit that timed out in the client is a
+		// different case: TestCommitTimeoutRetriedAsCommit.
+		{"EndTxn REQUEST_TIMED_OUT", txn(kmsg.EndTxn, kerr.RequestTimedOut, 1), abortableFault},
+		{"EndTxn PRODUCER_FENCED", txn(kmsg.EndTxn, kerr.ProducerFenced, 1), fencedFault},
+		{"InitProducerID TRANSACTIONAL_ID_AUTHORIZATION_FAILED", txn(kmsg.InitProducerID, kerr.TransactionalIDAuthorizationFailed, 1), unauthorizedFault},
 	}
-	for i, tc := range cases {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			from, to := fmt.Sprintf("ledger-x%d", i), fmt.Sprintf("ledger-x%d-copy", i)
+			from := uniq(t, "faults")
+			to := from + "-copy"
 			want := ledger(t, from, 2, 120)
 			if err := broker.CreateTopic(to, 2, nil); err != nil {
 				t.Fatal(err)
 			}
+			c := cfg(t, from, to)
 			fc := tc.fault
-			if fc.TxnID == "" && (fc.Keys[0] == kmsg.EndTxn || fc.Keys[0] == kmsg.AddOffsetsToTxn) {
-				fc.TxnID = to + "-txn"
+			if fc.Keys[0] == kmsg.Produce {
+				fc.Topic = to
+			} else {
+				fc.TxnID = c.TransactionalID
 			}
 			h := broker.Cluster.Fault(fc)
 			defer h.Remove()
-			sum, err := copier.Run(context.Background(), cfg(t, from, to))
-			if h.Hits() == 0 {
-				t.Fatal("the fault never hit: the test proves nothing")
+			sum, err := copier.Run(context.Background(), c)
+			if hits := h.Hits(); hits != fc.Count {
+				t.Fatalf("the fault hit %d times, want %d: the test proves nothing", hits, fc.Count)
 			}
-			if err != nil {
-				// Allowed only if nothing partial was published.
-				if got := readCommitted(t, to); len(got) != 0 && len(got) != len(want) {
-					t.Fatalf("copy failed (%v) with a partial destination of %d records", err, len(got))
+			t.Logf("summary %+v, err %v", sum, err)
+			switch tc.class {
+			case retriableFault, abortableFault:
+				if err != nil {
+					t.Fatalf("copy failed: %v", err)
 				}
-				t.Logf("copy failed cleanly: %v", err)
-				return
+				if tc.class == retriableFault && sum.Aborts != 0 {
+					t.Fatalf("a retriable error caused %d aborts", sum.Aborts)
+				}
+				if tc.class == abortableFault && sum.Aborts < 1 {
+					t.Fatalf("an abortable error caused no abort (summary %+v)", sum)
+				}
+			case fencedFault, unauthorizedFault:
+				wantErr := copier.ErrFenced
+				if tc.class == unauthorizedFault {
+					wantErr = copier.ErrUnauthorized
+				}
+				if !errors.Is(err, wantErr) {
+					t.Fatalf("err = %v, want %v", err, wantErr)
+				}
+				// A fenced producer leaves its transaction open (its
+				// successor aborts it at init), so read_committed readers
+				// wait for the rerun below; the exact comparison after it
+				// proves that nothing of the failed run was doubled.
+				h.Remove()
+				if _, err := copier.Run(context.Background(), c); err != nil {
+					t.Fatalf("rerun without the fault: %v", err)
+				}
 			}
-			t.Logf("summary %+v", sum)
 			if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
 				t.Fatalf("destination (-want +got):\n%s", diff)
 			}
-			verifyClean(t, from, to)
+			if diff := cmp.Diff(highs(from), groupOffsets(t, c.Group, from)); diff != "" {
+				t.Fatalf("group offsets vs source end offsets (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
 
+// TestProduceTimedOutButApplied holds the first Produce to the destination
+// past the producer's socket timeout, so the client gives up on it while the
+// broker applies it afterwards; the idempotent producer's retry carries the
+// same sequence numbers, so the broker deduplicates it: exact output, no
+// abort.
+func TestProduceTimedOutButApplied(t *testing.T) {
+	from := uniq(t, "applied")
+	to := from + "-copy"
+	want := ledger(t, from, 2, 60)
+	if err := broker.CreateTopic(to, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu              sync.Mutex
+		held, retried   bool
+		retry           = make(chan struct{})
+		releasedByRetry bool
+	)
+	broker.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.ProduceRequest)
+		if len(r.Topics) == 0 || r.Topics[0].Topic != to {
+			broker.Cluster.KeepControl()
+			return nil, nil, false
+		}
+		mu.Lock()
+		first := !held
+		held = true
+		if !first && !retried {
+			retried = true
+			close(retry)
+		}
+		mu.Unlock()
+		if !first {
+			broker.Cluster.DropControl()
+			return nil, nil, false
+		}
+		broker.Cluster.KeepControl()
+		// Apply it only after the client timed it out and sent its retry
+		// (bounded, so that a client that never retries fails the test
+		// instead of hanging it).
+		broker.Cluster.SleepControl(func() {
+			select {
+			case <-retry:
+				mu.Lock()
+				releasedByRetry = true
+				mu.Unlock()
+			case <-time.After(15 * time.Second):
+			}
+		})
+		return nil, nil, false // the broker applies the held request now
+	})
+	c := cfg(t, from, to)
+	c.Props = map[string]string{"socket.timeout.ms": "1500"}
+	c.BatchRecords = 1000 // one transaction
+	sum, err := copier.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	ok := releasedByRetry
+	mu.Unlock()
+	if !ok {
+		t.Fatal("the held Produce was not retried by the client: the test proves nothing")
+	}
+	if sum.Aborts != 0 {
+		t.Fatalf("summary %+v: a timed-out produce caused an abort", sum)
+	}
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+	verifyClean(t, from, to)
+}
+
 func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 	ctx := context.Background()
+	vsrc, vdst := uniq(t, "verify-src"), uniq(t, "verify-dst")
 	src := []localkafka.Record{}
 	for i := 0; i < 10; i++ {
 		src = append(src, localkafka.Record{Partition: int32(i % 2), Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("v", i))})
 	}
-	for _, tpc := range []string{"verify-src", "verify-dst"} {
+	for _, tpc := range []string{vsrc, vdst} {
 		if err := broker.CreateTopic(tpc, 2, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := broker.Produce(ctx, "verify-src", src); err != nil {
+	if _, err := broker.Produce(ctx, vsrc, src); err != nil {
 		t.Fatal(err)
 	}
 	// Destination: record 3 missing, record 6 twice.
@@ -344,10 +490,10 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 			dst = append(dst, r)
 		}
 	}
-	if _, err := broker.Produce(ctx, "verify-dst", dst); err != nil {
+	if _, err := broker.Produce(ctx, vdst, dst); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := verify.Run(ctx, verify.Config{Brokers: broker.Addr, From: "verify-src", To: "verify-dst",
+	rep, err := verify.Run(ctx, verify.Config{Brokers: broker.Addr, From: vsrc, To: vdst,
 		StallTimeout: 10 * time.Second, Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)
@@ -367,15 +513,17 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 // copier's call timeout: the commit's outcome is unknown, so it must be
 // retried as a commit (no abort, no redo) and the copy stays exactly-once.
 func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
-	want := ledger(t, "ledger-t", 2, 60)
-	if err := broker.CreateTopic("ledger-t-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-t")
+	dst := src + "-copy"
+	want := ledger(t, src, 2, 60)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	delayed := false
 	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		r := req.(*kmsg.EndTxnRequest)
-		if r.TransactionalID != "ledger-t-copy-txn" || !r.Commit {
+		if r.TransactionalID != dst+"-txn" || !r.Commit {
 			broker.Cluster.KeepControl()
 			return nil, nil, false
 		}
@@ -385,7 +533,7 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 		})
 		return nil, nil, false
 	})
-	c := cfg(t, "ledger-t", "ledger-t-copy")
+	c := cfg(t, src, dst)
 	c.CallTimeout = 300 * time.Millisecond
 	c.BatchRecords = 1000 // one transaction
 	sum, err := copier.Run(context.Background(), c)
@@ -395,10 +543,10 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 	if !delayed || sum.Retries == 0 || sum.Aborts != 0 {
 		t.Fatalf("summary %+v (delayed %v): want a retried commit and no abort", sum, delayed)
 	}
-	if diff := cmp.Diff(want, readCommitted(t, "ledger-t-copy")); diff != "" {
+	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
-	verifyClean(t, "ledger-t", "ledger-t-copy")
+	verifyClean(t, src, dst)
 }
 
 // syncBuffer is a log sink the test can search while the copier writes.
@@ -425,8 +573,10 @@ func (s *syncBuffer) Contains(sub string) bool {
 // stop with ErrFenced (not hang in the consumer's Close) and the destination
 // stays exactly-once.
 func TestFencedWhileCommitting(t *testing.T) {
-	ledger(t, "ledger-h", 2, 100)
-	if err := broker.CreateTopic("ledger-h-copy", 2, nil); err != nil {
+	src := uniq(t, "ledger-h")
+	dst := src + "-copy"
+	ledger(t, src, 2, 100)
+	if err := broker.CreateTopic(dst, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
@@ -434,7 +584,7 @@ func TestFencedWhileCommitting(t *testing.T) {
 	var once sync.Once
 	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		r := req.(*kmsg.EndTxnRequest)
-		if r.TransactionalID != "ledger-h-copy-txn" || !r.Commit {
+		if r.TransactionalID != dst+"-txn" || !r.Commit {
 			broker.Cluster.KeepControl()
 			return nil, nil, false
 		}
@@ -449,7 +599,7 @@ func TestFencedWhileCommitting(t *testing.T) {
 		return nil, nil, false
 	})
 	var logs syncBuffer
-	first := cfg(t, "ledger-h", "ledger-h-copy")
+	first := cfg(t, src, dst)
 	first.Follow = true
 	first.Log = zerolog.New(&logs)
 	var firstErr error
@@ -459,7 +609,7 @@ func TestFencedWhileCommitting(t *testing.T) {
 		_, firstErr = copier.Run(context.Background(), first)
 	}()
 	<-held
-	if _, err := copier.Run(context.Background(), cfg(t, "ledger-h", "ledger-h-copy")); err != nil {
+	if _, err := copier.Run(context.Background(), cfg(t, src, dst)); err != nil {
 		t.Fatalf("second copier: %v", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -478,5 +628,252 @@ func TestFencedWhileCommitting(t *testing.T) {
 	if !errors.Is(firstErr, copier.ErrFenced) {
 		t.Fatalf("first copier ended with %v, want ErrFenced", firstErr)
 	}
-	verifyClean(t, "ledger-h", "ledger-h-copy")
+	verifyClean(t, src, dst)
+}
+
+// TestAbortRewindsPartitionNewToTransaction is the reproduction of a lost
+// record: a delivery failure on destination partition 0 makes the
+// transaction abortable; the next record, on source partition 1 (new to the
+// transaction), fails to produce; the abort must rewind partition 1 too, or
+// its first record is skipped while the group commits past it.
+func TestAbortRewindsPartitionNewToTransaction(t *testing.T) {
+	from, to := uniq(t, "repro-src"), uniq(t, "repro-dst")
+	for _, tpc := range []string{from, to} {
+		if err := broker.CreateTopic(tpc, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if _, err := broker.Produce(ctx, from, []localkafka.Record{{Partition: 0, Key: []byte("p0"), Value: []byte("p0-0")}}); err != nil {
+		t.Fatal(err)
+	}
+	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: to, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
+	defer h.Remove()
+	c := cfg(t, from, to)
+	c.Follow = true
+	c.BatchInterval = 2 * time.Second // keep the failed transaction open for the next record
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		sum copier.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := copier.Run(runCtx, c)
+		done <- result{sum, err}
+	}()
+	awaitCond(t, 20*time.Second, "the INVALID_RECORD fault to hit", func() bool { return h.Hits() == 1 })
+	if _, err := broker.Produce(ctx, from, []localkafka.Record{
+		{Partition: 1, Key: []byte("p1"), Value: []byte("p1-0")},
+		{Partition: 1, Key: []byte("p1"), Value: []byte("p1-1")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantOffsets := map[int32]int64{0: 1, 1: 2}
+	awaitCond(t, 30*time.Second, "the group to commit the source's end", func() bool {
+		return cmp.Equal(wantOffsets, groupOffsets(t, c.Group, from))
+	})
+	cancel()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("copy: %v", res.err)
+	}
+	if res.sum.Aborts < 1 {
+		t.Fatalf("summary %+v: want at least one abort", res.sum)
+	}
+	want := []string{"0|p0|p0-0", "1|p1|p1-0", "1|p1|p1-1"}
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+}
+
+var uniqSeq atomic.Int64
+
+// uniq names a topic (or group, or transactional id) for one run of one
+// test, so that -count=N runs never see each other's data.
+func uniq(t *testing.T, base string) string {
+	name := strings.NewReplacer("/", "-", " ", "-", "_", "-").Replace(t.Name())
+	return fmt.Sprintf("%s-%s-%d-%d", base, strings.ToLower(name), os.Getpid(), uniqSeq.Add(1))
+}
+
+// awaitCond polls cond until it holds, failing the test after timeout.
+func awaitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRebalanceBetweenCopiers runs two copiers with different transactional
+// ids in one group: the second one's join moves partitions away from the
+// first (whose open transaction is aborted at the revocation), and each
+// source record must still appear exactly once.
+func TestRebalanceBetweenCopiers(t *testing.T) {
+	from := uniq(t, "rebalance")
+	to := from + "-copy"
+	const parts = 4
+	want := ledger(t, from, parts, 200)
+	if err := broker.CreateTopic(to, parts, nil); err != nil {
+		t.Fatal(err)
+	}
+	a := cfg(t, from, to)
+	a.Follow, a.BatchRecords, a.BatchInterval = true, 5, 50*time.Millisecond
+	b := a
+	b.TransactionalID = to + "-txn-b"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		sum copier.Summary
+		err error
+	}
+	start := func(c copier.Config) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			sum, err := copier.Run(ctx, c)
+			ch <- result{sum, err}
+		}()
+		return ch
+	}
+	doneA := start(a)
+	awaitCond(t, 20*time.Second, "the first copier's first commit", func() bool {
+		return len(groupOffsets(t, a.Group, from)) > 0
+	})
+	doneB := start(b)
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if _, err := broker.Cluster.WaitGroupStable(wctx, a.Group, 2); err != nil {
+		t.Fatalf("the group never had both copiers: %v", err)
+	}
+	// Records produced after the rebalance land on every partition, so
+	// both copiers have some to copy.
+	var more []localkafka.Record
+	for i := 0; i < 40; i++ {
+		p := int32(i % parts)
+		k, v := fmt.Sprintf("later-%d", i%5), fmt.Sprintf("after-rebalance-%d", i)
+		more = append(more, localkafka.Record{Partition: p, Key: []byte(k), Value: []byte(v)})
+		want = append(want, fmt.Sprintf("%d|%s|%s", p, k, v))
+	}
+	sort.Strings(want)
+	if _, err := broker.Produce(ctx, from, more); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 60*time.Second, "the group to commit the source's end", func() bool {
+		return cmp.Equal(highs(from), groupOffsets(t, a.Group, from))
+	})
+	cancel()
+	ra, rb := <-doneA, <-doneB
+	if ra.err != nil || rb.err != nil {
+		t.Fatalf("copier a: %v; copier b: %v", ra.err, rb.err)
+	}
+	t.Logf("a %+v\nb %+v", ra.sum, rb.sum)
+	if ra.sum.Records == 0 || rb.sum.Records == 0 {
+		t.Fatalf("one copier copied nothing (a %d, b %d): no rebalance was exercised", ra.sum.Records, rb.sum.Records)
+	}
+	if got := ra.sum.Records + rb.sum.Records; got != int64(len(want)) {
+		t.Fatalf("the copiers committed %d records together, want %d", got, len(want))
+	}
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+	verifyClean(t, from, to)
+}
+
+// TestRetentionGapIsLogged deletes records between the group's committed
+// offset and the next copy (as retention would): the copy continues from the
+// log start offset, as auto.offset.reset=earliest says, and logs and counts
+// the records it could not copy instead of skipping them silently.
+func TestRetentionGapIsLogged(t *testing.T) {
+	from := uniq(t, "retention")
+	to := from + "-copy"
+	for _, tpc := range []string{from, to} {
+		if err := broker.CreateTopic(tpc, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	batch := func(lo, hi int) []localkafka.Record {
+		var rs []localkafka.Record
+		for i := lo; i < hi; i++ {
+			rs = append(rs, localkafka.Record{Key: []byte("k"), Value: []byte(fmt.Sprint("v", i))})
+		}
+		return rs
+	}
+	if _, err := broker.Produce(ctx, from, batch(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	c := cfg(t, from, to)
+	if _, err := copier.Run(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broker.Produce(ctx, from, batch(10, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := broker.Cluster.DeleteRecords(from, 0, 15); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	c.Log = zerolog.New(&logs)
+	sum, err := copier.Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.SkippedByRetention != 5 || !logs.Contains("records 10..14 of "+from+"/0 were deleted by retention") {
+		t.Fatalf("summary %+v; logs:\n%s", sum, logs.b.String())
+	}
+	var want []string
+	for _, i := range append([]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 15, 16, 17, 18, 19) {
+		want = append(want, fmt.Sprintf("0|k|v%d", i))
+	}
+	sort.Strings(want)
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
+}
+
+// TestAbortNotCutShortByCallTimeout holds the abort that follows an
+// abortable error for longer than the call timeout: the abort must wait
+// (librdkafka's remaining transaction timeout bounds it), not give up and
+// retry.
+func TestAbortNotCutShortByCallTimeout(t *testing.T) {
+	from := uniq(t, "slowabort")
+	to := from + "-copy"
+	want := ledger(t, from, 2, 40)
+	if err := broker.CreateTopic(to, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := cfg(t, from, to)
+	c.CallTimeout = 200 * time.Millisecond
+	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: to, Err: kerr.InvalidRecord, Count: 1})
+	defer h.Remove()
+	var held atomic.Bool
+	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if r.TransactionalID != c.TransactionalID || r.Commit {
+			broker.Cluster.KeepControl()
+			return nil, nil, false
+		}
+		held.Store(true)
+		broker.Cluster.DropControl()
+		// The delay is the fault: an abort slower than 5 call timeouts.
+		broker.Cluster.SleepControl(func() { time.Sleep(5 * c.CallTimeout) })
+		return nil, nil, false
+	})
+	sum, err := copier.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Hits() != 1 || !held.Load() {
+		t.Fatalf("fault hits %d, abort held %v: the test proves nothing", h.Hits(), held.Load())
+	}
+	if sum.Aborts != 1 || sum.Retries != 0 {
+		t.Fatalf("summary %+v: want 1 abort and no retried call", sum)
+	}
+	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
+		t.Fatalf("destination (-want +got):\n%s", diff)
+	}
 }

@@ -14,6 +14,9 @@ var (
 	// moving before reaching the end offsets captured at start (for example
 	// an open transaction on the source).
 	ErrStalled = errors.New("copy stalled before the end offsets")
+	// ErrUnauthorized is returned when the brokers refuse the copier's
+	// transactional id, group or topics (an authorization error).
+	ErrUnauthorized = errors.New("not authorized")
 	// ErrFatal is returned for a fatal client error other than fencing.
 	ErrFatal = errors.New("fatal kafka error")
 	// ErrInterrupted is returned when a bounded copy was stopped by a

@@ -9,6 +9,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 )
 
 // Generation is a new, unpublished version of one table. Nothing written to
@@ -147,14 +148,16 @@ func (g *Generation) write(fn func(t fold.Table) error, copyValues bool) error {
 			fnErr = err
 			return err
 		}
+		failpoint.Hit(failpoint.FoldCommitBefore) // a crash here leaves the old table; the next open removes the unpublished generation
 		return nil
 	})
 	if fnErr != nil {
 		return fnErr
 	}
 	if err != nil {
-		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, err)
+		return fmt.Errorf("write generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
+	failpoint.Hit(failpoint.FoldCommitAfter) // a crash here leaves the old table; the next open removes the unpublished generation and its committed rows
 	return nil
 }
 
@@ -240,6 +243,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 				return err
 			}
 		}
+		failpoint.Hit(failpoint.PublishCommitBefore) // a crash here leaves the old table and checkpoint; the next open removes the unpublished generation
 		// Dropping the old generation in the same transaction: a crash
 		// either keeps it published (no commit) or has it gone and
 		// unreferenced (commit). Never a table pointing at nothing.
@@ -248,6 +252,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 			if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return fmt.Errorf("drop previous generation %d: %w", prev, err)
 			}
+			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table and its generation whole (the deletion is uncommitted); the next open removes the new one
 		}
 		return nil
 	})
@@ -255,8 +260,9 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		return fmt.Errorf("publish generation %d of table %q: hook: %w", g.id, g.table, hookErr)
 	}
 	if err != nil {
-		return fmt.Errorf("publish generation %d of table %q: %w", g.id, g.table, err)
+		return fmt.Errorf("publish generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
+	failpoint.Hit(failpoint.PublishCommitAfter) // a crash here leaves the new table and no old generation: nothing to clean
 	g.done = true
 	g.arena.free()
 	return nil

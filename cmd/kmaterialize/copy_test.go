@@ -38,7 +38,7 @@ import (
 type copyNames struct{ src, dst, group, tid string }
 
 func newCopyNames(t *testing.T) copyNames {
-	base := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	base := runName(t)
 	n := copyNames{src: base + "-src", dst: base + "-dst", group: base + "-group", tid: base + "-txn"}
 	t.Cleanup(func() { removeGroup(t, n.group, n.tid) })
 	return n
@@ -698,6 +698,26 @@ func TestCopyExitCodes(t *testing.T) {
 	r = mustCLI(t, 5, missing.copyArgs()...)
 	if !strings.Contains(r.stderr, missing.src) {
 		t.Fatalf("missing source: stderr does not name %s:\n%s", missing.src, r.stderr)
+	}
+
+	// The brokers refuse the transactional id: exit 5, naming it.
+	wide := n
+	wide.dst = n.dst + "-wide"
+	if err := broker.CreateTopic(wide.dst, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: n.tid, TopLevel: true,
+		Err: kerr.TransactionalIDAuthorizationFailed, Count: 1})
+	defer h.Remove()
+	r = mustCLI(t, 5, wide.copyArgs()...)
+	if h.Hits() != 1 {
+		t.Fatalf("the authorization fault hit %d times, want 1", h.Hits())
+	}
+	if !strings.Contains(r.stderr, "not authorized") || !strings.Contains(r.stderr, n.tid) {
+		t.Fatalf("refused transactional id: stderr does not say so:\n%s", r.stderr)
+	}
+	if got := readCommittedValues(t, wide.dst, partitionMarks(wide.dst, false)); len(got) != 0 {
+		t.Fatalf("an unauthorized copy wrote %v", got)
 	}
 }
 

@@ -36,7 +36,8 @@ func exitCode(err error) int {
 		return exitConflict
 	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
 		return exitIncomplete
-	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound):
+	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound),
+		errors.Is(err, copier.ErrUnauthorized):
 		return exitUnavailable
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
 		errors.Is(err, context.Canceled):
@@ -58,6 +59,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.Is(err, copier.ErrUnauthorized):
+		return "grant the principal access to the transactional id, the group and both topics, or check the credentials passed with -X"
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):

@@ -101,14 +101,19 @@ func rebuildArgs(topic, db string, extra ...string) []string {
 	return append([]string{"rebuild", "--brokers", broker.Addr, "--topic", topic, "--db", db, "--stall-timeout", "20s"}, extra...)
 }
 
-// topicSeq makes topic names unique within the test process, which runs
-// each test several times under -count and shares one broker.
-var topicSeq atomic.Int64
+// runName names what one run of one test creates on the shared broker
+// (topics, groups, transactional ids): the test's name and a number unique
+// in the process, so that -count=N runs never see each other's data.
+func runName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), runSeq.Add(1))
+}
 
-// newTopic creates a topic named after the test, unique in this process.
+var runSeq atomic.Int64
+
+// newTopic creates a topic named after the test (and the run).
 func newTopic(t *testing.T, partitions int32) string {
 	t.Helper()
-	topic := fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), topicSeq.Add(1))
+	topic := runName(t)
 	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
 		t.Fatal(err)
 	}

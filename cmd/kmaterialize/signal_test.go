@@ -53,7 +53,8 @@ func TestCopyFollowSIGTERM(t *testing.T) {
 // mismatch by record and a match with --by value.
 func TestVerifyByValue(t *testing.T) {
 	ctx := context.Background()
-	src, dst := newTopic(t, 1)+"-src", t.Name()+"-dst"
+	name := runName(t)
+	src, dst := name+"-src", name+"-dst"
 	for _, tp := range []string{src, dst} {
 		if err := broker.CreateTopic(tp, 1, nil); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,58 @@
+// Package failpoint parks or faults the process at named points inside the
+// commits of a rebuild, so that tests can kill it exactly there (like etcd's
+// gofail). It exists only in builds with the failpoints tag: in the normal
+// build Hit is an empty function the compiler removes, and nothing of this
+// package ships.
+//
+// A binary built with -tags failpoints reads two environment variables:
+//
+//	KMATERIALIZE_FAILPOINT=NAME[@N][=ACTION]
+//	KMATERIALIZE_FAILPOINT_FILE=PATH
+//
+// The point NAME acts at its Nth hit (default the first). ACTION is:
+//
+//   - park (the default): write "failpoint NAME parked" to stderr and to
+//     PATH (created, fsynced, closed), then block the calling goroutine
+//     forever, so the test can SIGKILL the process at that point;
+//   - nowrite: write "failpoint NAME nowrite" to stderr and PATH, then set
+//     the process's RLIMIT_FSIZE to 0 and return, so every later write to a
+//     regular file fails with EFBIG, as on a full disk (see NoWrite).
+//
+// The points, and what a crash at each leaves, are the constants below;
+// each call site repeats the outcome in a comment.
+package failpoint
+
+// Names of the points.
+const (
+	// FoldCommitBefore is in store.Generation's write transaction, after
+	// the fold wrote its rows, before the commit. A crash leaves the old
+	// table; the next read-write open removes the unpublished generation.
+	FoldCommitBefore = "fold-commit-before"
+	// FoldCommitAfter is just after a fold's write transaction committed.
+	// A crash leaves the old table and an unpublished generation holding
+	// the rows committed so far, removed by the next read-write open.
+	FoldCommitAfter = "fold-commit-after"
+	// PublishCommitBefore is in the publish transaction, after the table
+	// points at the new generation and the checkpoint is written, before
+	// the old generation is dropped and before the commit. A crash leaves
+	// the old table and its checkpoint; the next open removes the new,
+	// unpublished generation.
+	PublishCommitBefore = "publish-commit-before"
+	// PublishDropOld is in the publish transaction, just after the old
+	// generation's bucket was deleted, before the commit: bbolt drops the
+	// old generation in the publish transaction, so "during the deletion"
+	// is this point. A crash leaves the old table and its generation whole
+	// (nothing of the transaction is on disk); the next open removes the
+	// new, unpublished generation.
+	PublishDropOld = "publish-drop-old"
+	// PublishCommitAfter is just after the publish transaction committed.
+	// A crash leaves the new table, its checkpoint, and no old generation:
+	// nothing to clean.
+	PublishCommitAfter = "publish-commit-after"
+)
+
+// Environment variables read by the failpoints build.
+const (
+	EnvPoint = "KMATERIALIZE_FAILPOINT"
+	EnvFile  = "KMATERIALIZE_FAILPOINT_FILE"
+)
