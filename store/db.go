@@ -26,8 +26,23 @@ type Options struct {
 	// ReadOnly opens the file with a shared lock: many read-only opens may
 	// coexist, but none while a read-write open holds the file (and a
 	// read-write Open waits for every read-only one to close). A read-only
-	// DB refuses Begin, performs no cleanup, and never creates the file.
+	// DB refuses Begin, performs no cleanup or migration, writes no holder
+	// record, and never creates the file.
 	ReadOnly bool
+	// Command describes this process in the holder record a read-write
+	// Open writes (see Holder), e.g. "kmaterialize rebuild --db x --table y".
+	// Never put secrets in it: it is a plain file beside the database.
+	Command string
+	// PageCheck, if not nil, is run before a read-write Open maps the file:
+	// see PageCheck. Without it, a read-write Open of a file with a damaged
+	// page may end the process (bbolt's freelist scan panics in a goroutine
+	// of its own).
+	PageCheck PageCheck
+
+	// pageWalk opens only to walk the pages (CheckPages): a read-only open
+	// that scans the pages for the freelist as a read-write open does, and
+	// skips the format version check (pages do not depend on it).
+	pageWalk bool
 }
 
 // DB is one open kmaterialize file. Its methods are safe for concurrent use;
@@ -37,18 +52,40 @@ type DB struct {
 	path     string
 	readOnly bool
 	cleaned  int
+	version  uint64 // the file's format version when opened
+	migrated uint64 // the version a read-write Open migrated from; 0 if none
+	holder   *Holder
 }
 
+// reopenLimit bounds how often Open starts again because the path was
+// renamed while it waited for the lock.
+const reopenLimit = 5
+
 // Open opens the database at path, creating it (mode 0600) unless
-// opts.ReadOnly. A read-write Open takes the file's exclusive lock, creates
-// the buckets of a new file, checks FormatVersion, and removes every
-// generation that no published table points at: the leftovers of a rebuild
-// that crashed or was killed before publishing (see Cleaned).
+// opts.ReadOnly.
+//
+// Before bbolt maps the file, Open checks both meta pages and the file's size
+// against the page count they record (a *CorruptError if they are damaged),
+// and for a read-write open runs opts.PageCheck. Once it holds the lock, it
+// checks that path still names the file it locked (a --replace-corrupt or a
+// compaction may have renamed it while Open waited) and starts again if not.
+// A read-write Open then writes a holder record (HolderPath), creates the
+// buckets of a new file, migrates a file of an older FormatVersion (in one
+// transaction, see Migrated), and removes every generation that no published
+// table points at: the leftovers of a rebuild that crashed or was killed
+// before publishing (see Cleaned).
+//
+// A read-only Open reads a file of an older format version as it is when
+// every migration since is marked readable (v1 files are: v2 only adds to
+// generation buckets), and otherwise refuses it with ErrFormat and a hint to
+// run a read-write command first.
 //
 // Errors: *LockedError (ErrLocked) when the lock is not free within
-// LockTimeout; an error wrapping fs.ErrNotExist when a read-only open finds no
-// file or a read-write open finds no parent directory; ErrFormat for a file
-// that is not a kmaterialize database of this version.
+// LockTimeout, naming the holder from its record; *CorruptError (ErrCorrupt)
+// for a damaged file; an error wrapping fs.ErrNotExist when a read-only open
+// finds no file (or an empty one) or a read-write open finds no parent
+// directory; ErrFormat for a file that is not a bbolt database or was written
+// by a newer format version.
 func Open(path string, opts *Options) (*DB, error) {
 	var o Options
 	if opts != nil {
@@ -63,16 +100,41 @@ func Open(path string, opts *Options) (*DB, error) {
 		// retry interval makes it give up after the first attempt.
 		timeout = time.Millisecond
 	}
+	for attempt := 1; ; attempt++ {
+		db, again, err := open(path, o, timeout)
+		if err != nil || !again {
+			return db, err
+		}
+		if attempt == reopenLimit {
+			return nil, fmt.Errorf("open database %s: the file was replaced %d times while waiting for its lock", path, attempt)
+		}
+	}
+}
 
-	if o.ReadOnly {
-		// bbolt opens read-only files without O_CREATE, but check first so
-		// the error says what is wrong in our terms.
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no database at %s (nothing has been built there yet): %w", path, fs.ErrNotExist)
+// open is one attempt of Open. again is true when the path no longer names
+// the file it locked: the caller starts over.
+func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ error) {
+	rep, err := preflight(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !o.ReadOnly:
+		// bbolt creates it; a missing directory is reported below.
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false, notExist(path, false)
+	case err != nil:
+		return nil, false, err
+	case rep.empty && o.ReadOnly:
+		return nil, false, notExist(path, true)
+	}
+	if !o.ReadOnly && o.PageCheck != nil && err == nil && !rep.empty {
+		if err := o.PageCheck(path, timeout, false); err != nil {
+			return nil, false, err
 		}
 	}
 
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
+	// bbolt opens the file itself; keep its descriptor to compare with
+	// what path names once the lock is held.
+	var locked *os.File
+	bopts := &bolt.Options{
 		Timeout:  timeout,
 		ReadOnly: o.ReadOnly,
 		// A rebuild frees a whole generation (often ~1M rows) at each
@@ -81,7 +143,8 @@ func Open(path string, opts *Options) (*DB, error) {
 		// read-write open), and the hashmap freelist allocates pages in
 		// roughly constant time where the array freelist is linear in its
 		// size. Neither weakens durability: data and meta pages are still
-		// fsynced at every commit.
+		// fsynced at every commit. The scan is why a read-write open runs
+		// PageCheck first: it panics in a goroutine on a damaged page.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 		// Reserve 1 GiB of address space for the mmap up front (not memory,
@@ -89,27 +152,76 @@ func Open(path string, opts *Options) (*DB, error) {
 		// readers and remap, which a fresh rebuild would otherwise do
 		// several times during its first commits.
 		InitialMmapSize: initialMmapSize(o.ReadOnly),
+		PreLoadFreelist: o.pageWalk,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			locked = f
+			return f, err
+		},
+	}
+	var bdb *bolt.DB
+	err = guard(path, func() error {
+		var err error
+		bdb, err = bolt.Open(path, 0o600, bopts)
+		return err
 	})
 	if err != nil {
-		return nil, openError(path, timeout, err)
+		return nil, false, openError(path, timeout, err)
 	}
+	if same, err := sameFile(path, locked); err != nil || !same {
+		_ = bdb.Close()
+		if err != nil {
+			return nil, false, err
+		}
+		return nil, true, nil
+	}
+
 	db := &DB{bolt: bdb, path: path, readOnly: o.ReadOnly}
-	if o.ReadOnly {
-		err = bdb.View(db.checkFormat)
-	} else {
-		err = bdb.Update(db.initAndClean)
+	switch {
+	case o.pageWalk:
+	case o.ReadOnly:
+		err = db.view(db.checkFormat)
+	default:
+		// Without a record (a directory this process may not write to),
+		// the database still opens; busy messages then name no holder.
+		h := Holder{PID: os.Getpid(), Command: o.Command, Since: time.Now().UTC().Truncate(time.Second)}
+		if writeHolder(path, h) == nil {
+			db.holder = &h
+		}
+		err = guard(path, func() error { return bdb.Update(db.initAndClean) })
 	}
 	if err != nil {
-		_ = bdb.Close()
-		return nil, err
+		_ = db.Close()
+		return nil, false, err
 	}
-	return db, nil
+	return db, false, nil
+}
+
+// sameFile reports whether path still names the file f.
+func sameFile(path string, f *os.File) (bool, error) {
+	if f == nil {
+		return false, fmt.Errorf("open database %s: bbolt opened no file", path)
+	}
+	held, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("open database %s: %w", path, err)
+	}
+	now, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // renamed away, nothing in its place yet: start over
+	}
+	if err != nil {
+		return false, fmt.Errorf("open database %s: %w", path, err)
+	}
+	return os.SameFile(held, now), nil
 }
 
 func openError(path string, timeout time.Duration, err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return &LockedError{Path: path, Timeout: timeout}
+		return &LockedError{Path: path, Timeout: timeout, Holder: ReadHolder(path)}
+	case errors.Is(err, ErrCorrupt):
+		return err
 	case errors.Is(err, fs.ErrNotExist):
 		dir := filepath.Dir(path)
 		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
@@ -118,36 +230,56 @@ func openError(path string, timeout time.Duration, err error) error {
 		return fmt.Errorf("open database %s: %w", path, err)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
 		errors.Is(err, bolterrors.ErrChecksum):
-		return fmt.Errorf("open database %s: not a kmaterialize database, or corrupt (%w): %w", path, err, ErrFormat)
+		return &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt cannot open it: %v", err), Err: err}
 	default:
 		return fmt.Errorf("open database %s: %w", path, err)
 	}
 }
 
-// checkFormat verifies the format version, if the file has one. A file
-// without a meta bucket is an empty file a writer has not initialised yet;
-// reads of it find no tables.
-func (db *DB) checkFormat(tx *bolt.Tx) error {
+// readVersion returns the file's format version; 0 for a file a writer has
+// not initialised yet (no meta bucket or no version).
+func (db *DB) readVersion(tx *bolt.Tx) (uint64, error) {
 	meta := tx.Bucket(BucketMeta)
 	if meta == nil {
-		return nil
+		return 0, nil
 	}
 	v := meta.Get(KeyFormatVersion)
 	if v == nil {
-		return nil
+		return 0, nil
 	}
 	got, ok := decodeUint64(v)
-	if !ok || got != FormatVersion {
-		return fmt.Errorf("open database %s: format version %x, this build reads %d: %w", db.path, v, FormatVersion, ErrFormat)
+	if !ok || got == 0 {
+		return 0, &CorruptError{Path: db.path, Reason: fmt.Sprintf("format version is %x, not a version number", v)}
+	}
+	if got > FormatVersion {
+		return got, fmt.Errorf("open database %s: format version %d was written by a newer kmaterialize; this build reads versions up to %d "+
+			"(use the newer build, or rebuild into another file): %w", db.path, got, FormatVersion, ErrFormat)
+	}
+	return got, nil
+}
+
+// checkFormat is the read-only Open's version check: a newer file is
+// refused, an older one read as it is if its layout allows.
+func (db *DB) checkFormat(tx *bolt.Tx) error {
+	v, err := db.readVersion(tx)
+	if err != nil {
+		return err
+	}
+	db.version = v
+	if v != 0 && v < FormatVersion && !readableVersion(v) {
+		return fmt.Errorf("open database %s: format version %d is older than this build's %d and must be migrated first: "+
+			"run a read-write command on it (kmaterialize rebuild): %w", db.path, v, FormatVersion, ErrFormat)
 	}
 	return nil
 }
 
 // initAndClean creates the top-level buckets and the format version of a new
-// file, and removes unpublished generations. It runs in one transaction: a
-// crash during it leaves the file as it was before the Open.
+// file, migrates an older one, and removes unpublished generations. It runs
+// in one transaction: a crash during it leaves the file as it was before the
+// Open.
 func (db *DB) initAndClean(tx *bolt.Tx) error {
-	if err := db.checkFormat(tx); err != nil {
+	version, err := db.readVersion(tx)
+	if err != nil {
 		return err
 	}
 	for _, name := range [][]byte{BucketMeta, BucketTables, BucketGenerations, BucketCheckpoints} {
@@ -156,14 +288,21 @@ func (db *DB) initAndClean(tx *bolt.Tx) error {
 		}
 	}
 	meta := tx.Bucket(BucketMeta)
-	if meta.Get(KeyFormatVersion) == nil {
+	switch {
+	case version == 0:
 		if err := meta.Put(KeyFormatVersion, GenerationKey(FormatVersion)); err != nil {
 			return fmt.Errorf("initialise %s: %w", db.path, err)
 		}
+	case version < FormatVersion:
+		if err := migrate(tx, version); err != nil {
+			return fmt.Errorf("open database %s: %w", db.path, err)
+		}
+		db.migrated = version
 	}
+	db.version = FormatVersion
 
 	published := make(map[uint64]bool)
-	err := tx.Bucket(BucketTables).ForEach(func(k, v []byte) error {
+	err = tx.Bucket(BucketTables).ForEach(func(k, v []byte) error {
 		m, err := decodeMeta(k, v)
 		if err != nil {
 			return err
@@ -199,16 +338,35 @@ func (db *DB) initAndClean(tx *bolt.Tx) error {
 	return nil
 }
 
+// Migrated reports the format version a read-write Open migrated the file
+// from, or 0 if it did not migrate it.
+func (db *DB) Migrated() uint64 { return db.migrated }
+
+// FormatVersion reports the file's format version: FormatVersion after a
+// read-write Open, the stored one after a read-only Open (0 for a file no
+// writer has initialised).
+func (db *DB) FormatVersion() uint64 { return db.version }
+
 // Cleaned reports how many unpublished generations (left by a rebuild that
 // crashed or was killed) the read-write Open removed. It is always 0 for a
 // read-only DB.
 func (db *DB) Cleaned() int { return db.cleaned }
 
-// Close closes the file and releases its lock. Generations not yet published
-// stay in the file until the next read-write Open removes them.
+// Close closes the file and releases its lock, removing the holder record
+// first (while the lock still guarantees the record is this process's).
+// Generations not yet published stay in the file until the next read-write
+// Open removes them.
 func (db *DB) Close() error {
+	var herr error
+	if db.holder != nil {
+		herr = removeHolder(db.path, *db.holder)
+		db.holder = nil
+	}
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("close database %s: %w", db.path, err)
+	}
+	if herr != nil {
+		return fmt.Errorf("close database %s: %w", db.path, herr)
 	}
 	return nil
 }
@@ -225,7 +383,7 @@ func (db *DB) Bolt() *bolt.DB { return db.bolt }
 
 // View runs fn in a read-only bbolt transaction, for reads that must be
 // consistent with the tables (for example a table's checkpoint).
-func (db *DB) View(fn func(tx *bolt.Tx) error) error { return db.bolt.View(fn) }
+func (db *DB) View(fn func(tx *bolt.Tx) error) error { return db.view(fn) }
 
 // initialMmapSize is 1 GiB for writers on 64-bit platforms, 0 (bbolt's
 // default) for read-only opens, which never grow the file.

@@ -29,8 +29,29 @@
 //
 // bbolt allows one read-write open of a file at a time, across processes: a
 // read-write Open takes an exclusive lock, a read-only Open a shared one, and
-// each waits at most Options.LockTimeout before returning a *LockedError.
-// While a daemon holds the file, other processes must read through it.
+// each waits at most Options.LockTimeout before returning a *LockedError. A
+// read-write holder writes a holder record beside the file (Holder, removed
+// on Close, ignored once its process is gone) so that a *LockedError can name
+// it. An Open that waited checks, once it holds the lock, that the path still
+// names the file it locked, and starts over if not (MoveAside renames a
+// corrupt file under its lock).
+//
+// # Damage
+//
+// bbolt trusts its file: a damaged page is a panic, a page past the end of a
+// truncated file a memory fault. Open checks the meta pages and the file size
+// first (preflight.go), reads run under a guard that turns panics and faults
+// into a *CorruptError (guard.go), and the whole-file walks that bbolt runs in
+// goroutines of its own (a read-write open's freelist scan, Tx.Check) run in
+// a child process (PageCheck). Check reports every problem, bbolt's and the
+// schema's.
+//
+// # Format version
+//
+// schema.go's FormatVersion: a read-write Open migrates an older file in one
+// transaction (migrate.go), a newer file is refused (ErrFormat), and a
+// read-only Open reads an older file as it is when the migrations since only
+// add what reads do not need.
 //
 // A crash or kill at any point leaves either the previous published state or
 // the new one. Unpublished generations survive a crash as orphan buckets; the

@@ -13,9 +13,10 @@ import (
 var (
 	// ErrLocked is returned (as *LockedError) by Open when another process
 	// holds the file's lock for longer than Options.LockTimeout.
-	ErrLocked = errors.New("database is locked by another process")
-	// ErrFormat is returned by Open when the file is not a bbolt file, is
-	// corrupt, or was written with a different FormatVersion.
+	ErrLocked = errors.New("database busy")
+	// ErrFormat is returned by Open when the file is not a bbolt file, or
+	// was written by a newer build (a FormatVersion above this one's), or
+	// by an older one whose layout this build cannot read before migrating.
 	ErrFormat = errors.New("unsupported database format")
 	// ErrReadOnly is returned by Begin when the DB was opened with
 	// Options.ReadOnly.
@@ -48,22 +49,31 @@ var (
 	// ErrKeyNotFound is returned (as *KeyNotFoundError) by Get when the
 	// table has no row with that key.
 	ErrKeyNotFound = errors.New("key not found")
-	// ErrCorrupt is returned by reads and Publish when the file contradicts
-	// itself: a published table naming a generation that does not exist, or
-	// metadata that does not decode.
+	// ErrCorrupt is returned by Open, reads and Publish when the file is
+	// damaged (as *CorruptError: bad meta pages, a file shorter than its
+	// page count, a page that faults or fails bbolt's checks when read) or
+	// contradicts itself (a published table naming a generation that does
+	// not exist, metadata that does not decode).
 	ErrCorrupt = errors.New("database is corrupt")
 )
 
 // LockedError is returned by Open when the file's lock could not be taken
-// within the lock timeout. errors.Is(err, ErrLocked) is true.
+// within the lock timeout. Holder is the holder record the process holding
+// the file wrote beside it, nil when there is none (a read-only holder, such
+// as a scan, writes none) or its process is gone. errors.Is(err, ErrLocked)
+// is true.
 type LockedError struct {
 	Path    string
 	Timeout time.Duration
+	Holder  *Holder
 }
 
 func (e *LockedError) Error() string {
-	return fmt.Sprintf("the database is held by another process: %s (timed out after %s waiting for its lock; "+
-		"stop the daemon or the running rebuild, or read through the daemon)", e.Path, e.Timeout)
+	who := "another process (it left no holder record: a reader such as scan or export, or an older kmaterialize)"
+	if e.Holder != nil {
+		who = e.Holder.String()
+	}
+	return fmt.Sprintf("database busy: %s is held by %s; gave up waiting for its lock after %s", e.Path, who, e.Timeout)
 }
 
 // Is reports ErrLocked.
@@ -71,6 +81,25 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Unwrap returns bbolt's timeout error.
 func (e *LockedError) Unwrap() error { return bolterrors.ErrTimeout }
+
+// CorruptError is returned when the file at Path is damaged: Reason says
+// what is wrong, Err is the cause when there is one (a bbolt error, a
+// recovered panic or memory fault). errors.Is(err, ErrCorrupt) is true.
+type CorruptError struct {
+	Path   string
+	Reason string
+	Err    error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("database is corrupt: %s: %s", e.Path, e.Reason)
+}
+
+// Is reports ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns the cause, if any.
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // TableNotFoundError is returned when a table does not exist. Have lists the
 // tables that do, sorted. errors.Is(err, ErrTableNotFound) is true.

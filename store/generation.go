@@ -66,6 +66,9 @@ func (db *DB) Begin(table string) (*Generation, error) {
 		if err := gb.Put(KeyGenerationTable, []byte(table)); err != nil {
 			return err
 		}
+		if err := setGenerationState(gb, StateBuilding, 0); err != nil {
+			return err
+		}
 		if _, err := gb.CreateBucket(BucketRows); err != nil {
 			return err
 		}
@@ -247,6 +250,9 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 
 		meta.Generation = g.id
 		meta.Keys = int64(rows.Stats().KeyN)
+		if err := setGenerationState(gb, StatePublished, uint64(meta.Keys)); err != nil {
+			return err
+		}
 		meta.BuiltAt = meta.BuiltAt.UTC()
 		enc, err := encodeMeta(meta)
 		if err != nil {

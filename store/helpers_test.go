@@ -2,12 +2,17 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
@@ -15,7 +20,58 @@ import (
 	"github.com/kmaterialize/kmaterialize/fold"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The test binary doubles as the child processes some tests need.
+	if path := os.Getenv(envPageCheck); path != "" {
+		if err := PageCheckMain(path, 5*time.Second, os.Getenv(envPageCheckFull) != "", os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	if path := os.Getenv(envHold); path != "" {
+		os.Exit(holdMain(path))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// Environment variables that make the test binary a helper process.
+const (
+	// envPageCheck=PATH: run PageCheckMain on PATH (the child of
+	// testPageCheck).
+	envPageCheck = "KMZ_STORE_TEST_PAGECHECK"
+	// envPageCheckFull=1: with envPageCheck, the full check.
+	envPageCheckFull = "KMZ_STORE_TEST_PAGECHECK_FULL"
+	// envHold=PATH: open PATH read-write, print "ready", hold it until
+	// stdin closes, close it and exit 0.
+	envHold = "KMZ_STORE_TEST_HOLD"
+)
+
+// testPageCheck is a PageCheck that runs the walk in a child: this test
+// binary with envPageCheck set.
+var testPageCheck = ChildPageCheck(func(ctx context.Context, path string, _ time.Duration, full bool) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envPageCheck+"="+path)
+	if full {
+		cmd.Env = append(cmd.Env, envPageCheckFull+"=1")
+	}
+	return cmd
+})
+
+func holdMain(path string) int {
+	db, err := Open(path, &Options{Command: "store test helper hold --db " + path})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := db.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
 
 // openTemp opens a new read-write DB in t.TempDir and closes it at cleanup.
 func openTemp(t *testing.T) *DB {

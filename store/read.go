@@ -55,7 +55,7 @@ func decodeMeta(name, v []byte) (TableMeta, error) {
 // Tables returns the metadata of every published table, sorted by name.
 func (db *DB) Tables() ([]TableMeta, error) {
 	var out []TableMeta
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		tables := tx.Bucket(BucketTables)
 		if tables == nil {
 			return nil
@@ -79,7 +79,7 @@ func (db *DB) Tables() ([]TableMeta, error) {
 // *TableNotFoundError (ErrTableNotFound).
 func (db *DB) Table(name string) (TableMeta, error) {
 	var m TableMeta
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		m, _, err = db.lookup(tx, name)
 		return err
@@ -127,7 +127,7 @@ func (db *DB) lookup(tx *bolt.Tx, name string) (TableMeta, *bolt.Bucket, error) 
 // returned as a non-nil empty slice.
 func (db *DB) Get(table string, key []byte) ([]byte, error) {
 	var out []byte
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		_, rows, err := db.lookup(tx, table)
 		if err != nil {
 			return err

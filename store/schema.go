@@ -1,12 +1,23 @@
 package store
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // FormatVersion is the on-disk layout version written under
-// [KeyFormatVersion]. Open refuses a file with a different version rather than
-// guess at its layout. Bump it whenever a bucket, key or value encoding below
-// changes incompatibly.
-const FormatVersion uint64 = 1
+// [KeyFormatVersion]. Every change to a bucket, key or value below bumps it
+// and adds a step to migrations (migrate.go): a read-write Open migrates an
+// older file in one transaction, and every Open refuses a newer file rather
+// than guess at its layout.
+//
+// History:
+//
+//	1  the layout below without a generation's state and keys
+//	2  each generation records its state and, once published, its row count
+const FormatVersion uint64 = 2
 
 // Every name this package (and package checkpoint) puts on disk lives here.
 //
@@ -20,6 +31,8 @@ const FormatVersion uint64 = 1
 //	generations/                  BucketGenerations
 //	    <uint64 big-endian>/      one bucket per generation, published or not
 //	        table                 -> the table name it was begun for (diagnostics)
+//	        state                 -> "building" from Begin, "published" from Publish (v2)
+//	        keys                  -> uint64 big-endian, rows at Publish (v2; absent while building)
 //	        rows/                 the table's rows: key -> value, as the fold wrote them
 //	        index/                fold-private namespaces, dropped with the generation
 //	            <index name>/     key -> value
@@ -50,6 +63,13 @@ var (
 	// KeyGenerationTable (in a generation bucket) is the table name the
 	// generation was begun for.
 	KeyGenerationTable = []byte("table")
+	// KeyGenerationState (in a generation bucket, since v2) is
+	// StateBuilding or StatePublished.
+	KeyGenerationState = []byte("state")
+	// KeyGenerationKeys (in a generation bucket, since v2) is the number of
+	// rows at Publish, big-endian uint64. `check` compares it with the rows
+	// bucket and the table's metadata.
+	KeyGenerationKeys = []byte("keys")
 	// BucketRows (in a generation bucket) holds the table's rows.
 	BucketRows = []byte("rows")
 	// BucketIndex (in a generation bucket) holds one nested bucket per
@@ -70,4 +90,28 @@ func decodeUint64(b []byte) (v uint64, ok bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(b), true
+}
+
+// Values of KeyGenerationState.
+const (
+	// StateBuilding: begun, not published; removed by the next read-write
+	// Open unless a table points at it.
+	StateBuilding = "building"
+	// StatePublished: a table points at it.
+	StatePublished = "published"
+)
+
+// setGenerationState records a generation's state, and its row count when
+// published, in its bucket gb.
+func setGenerationState(gb *bolt.Bucket, state string, keys uint64) error {
+	if err := gb.Put(KeyGenerationState, []byte(state)); err != nil {
+		return fmt.Errorf("record generation state %s: %w", state, err)
+	}
+	if state != StatePublished {
+		return nil
+	}
+	if err := gb.Put(KeyGenerationKeys, GenerationKey(keys)); err != nil {
+		return fmt.Errorf("record generation row count: %w", err)
+	}
+	return nil
 }

@@ -18,7 +18,7 @@ type Snapshot struct {
 // ReadTable calls fn with a snapshot of table, all in one read transaction,
 // so metadata, rows and checkpoint agree even if a publish happens meanwhile.
 func (db *DB) ReadTable(table string, fn func(s *Snapshot) error) error {
-	return db.bolt.View(func(tx *bolt.Tx) error {
+	return db.view(func(tx *bolt.Tx) error {
 		m, rows, err := db.lookup(tx, table)
 		if err != nil {
 			return err

@@ -21,8 +21,9 @@ starts, folds the records into a fresh generation of a table, and publishes it
 atomically only when every partition is complete. It never joins, commits to,
 resets or deletes any consumer group.
 
-Exit codes: 0 ok, 1 unexpected error, 2 bad usage, 3 data conflict,
-4 incomplete replay, 5 Kafka unavailable or topic missing, 6 key/table not found.
+Exit codes: 0 ok, 1 unexpected error (also a corrupt database), 2 bad usage,
+3 data conflict, 4 incomplete replay, 5 Kafka unavailable or topic missing,
+6 key/table not found, 7 database busy (held by another process).
 
 Try: kmaterialize demo`,
 		Writer:          stdout,
@@ -38,10 +39,12 @@ Try: kmaterialize demo`,
 			scanCommand(),
 			exportCommand(),
 			tablesCommand(),
+			checkCommand(),
 			describeCommand(),
 			copyCommand(),
 			verifyCommand(),
 			demoCommand(),
+			pageCheckCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -116,13 +116,36 @@ func isTerminal(w any) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// lockTimeoutFlag is --lock-timeout, on every command that opens the
+// database.
+func lockTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "lock-timeout", Value: store.DefaultLockTimeout,
+		Usage: "how long to wait for another process holding the database before exiting 7 (0: do not wait)"}
+}
+
+// lockTimeout is --lock-timeout as store.Options wants it: 0 there means the
+// default, a negative value "do not wait".
+func lockTimeout(c *cli.Context) time.Duration {
+	if d := c.Duration("lock-timeout"); d > 0 {
+		return d
+	}
+	return -1
+}
+
 // openRead opens the database read-only for a query.
 func openRead(c *cli.Context) (*store.DB, error) {
 	path := c.String("db")
 	if path == "" {
 		return nil, &usageError{msg: "--db is required", hint: "--db balances.db"}
 	}
-	return store.Open(path, &store.Options{ReadOnly: true})
+	return store.Open(path, &store.Options{ReadOnly: true, LockTimeout: lockTimeout(c)})
+}
+
+// openWrite opens the database read-write for command (what the holder
+// record shows: the subcommand and its non-secret arguments), with bbolt's
+// page walk checked in a child process first (see pageCheck).
+func openWrite(c *cli.Context, path, command string) (*store.DB, error) {
+	return store.Open(path, &store.Options{LockTimeout: lockTimeout(c), Command: command, PageCheck: pageCheck})
 }
 
 // kafkaOptions are what every command that talks to Kafka needs.

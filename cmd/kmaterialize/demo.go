@@ -11,7 +11,6 @@ import (
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/store"
 )
 
 const demoTopic = "account-balances"
@@ -32,6 +31,7 @@ Examples:
   $ kmaterialize demo --db /tmp/balances.db && kmaterialize get --db /tmp/balances.db --table account-balances acct-1`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "db", Usage: "keep the database at `FILE` (default: a temporary file, removed at exit)"},
+			lockTimeoutFlag(),
 		},
 		Action: runDemo,
 	}
@@ -63,7 +63,7 @@ func runDemo(c *cli.Context) error {
 	}
 	log.Info().Str(keyTopic, demoTopic).Int("records", n).Msg("sample events produced")
 
-	db, err := store.Open(path, nil)
+	db, err := openWrite(c, path, "kmaterialize demo --db "+path)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/fold"
@@ -20,6 +21,7 @@ const (
 	exitIncomplete  = 4
 	exitUnavailable = 5
 	exitNotFound    = 6
+	exitBusy        = 7
 )
 
 // exitCode maps an error kind to its exit code: the one place that does.
@@ -43,6 +45,8 @@ func exitCode(err error) int {
 		return exitIncomplete
 	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound):
 		return exitNotFound
+	case errors.Is(err, store.ErrLocked):
+		return exitBusy
 	}
 	return exitError
 }
@@ -63,7 +67,12 @@ func hint(err error) string {
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
-		return "stop the other kmaterialize process holding the database, or wait for its rebuild to finish"
+		return "wait for the holder to finish and run the command again, or give it longer with --lock-timeout"
+	case errors.As(err, new(*checkFailed)):
+		return fmt.Sprintf("to start over and keep the damaged file: kmaterialize rebuild --db %s --replace-corrupt ...", corruptPath(err))
+	case errors.Is(err, store.ErrCorrupt):
+		p := corruptPath(err)
+		return fmt.Sprintf("kmaterialize check --db %s lists every problem; to start over and keep the damaged file: kmaterialize rebuild --db %s --replace-corrupt ...", p, p)
 	case errors.Is(err, replay.ErrTopicNotFound):
 		return "kmaterialize describe --brokers HOST:PORT --topic TOPIC, and check the topic name"
 	case errors.Is(err, replay.ErrUnavailable):
@@ -82,4 +91,13 @@ func hint(err error) string {
 		return "fix or remove the record, or rebuild with --on-bad-record skip to leave such records out and count them (kmaterialize tables shows them)"
 	}
 	return ""
+}
+
+// corruptPath is the file a corrupt error names, or FILE.
+func corruptPath(err error) string {
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return ce.Path
+	}
+	return "FILE"
 }

@@ -20,7 +20,7 @@ Examples:
   $ kmaterialize get --db balances.db --table account-balances acct-42
   $ kmaterialize get --db balances.db --table account-balances --base64 acct-42`,
 		Flags: []cli.Flag{
-			dbFlag(true),
+			dbFlag(true), lockTimeoutFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.BoolFlag{Name: "base64", Usage: "print the value base64-encoded"},
 		},

@@ -38,6 +38,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Commands run in-process re-execute os.Executable() (this test
+	// binary) for the page walk: act as the CLI then.
+	if len(os.Args) > 1 && os.Args[1] == pageCheckCommandName {
+		os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+	}
 	os.Exit(testMain(m))
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,8 +41,13 @@ without a usable identity or group) exits 3 naming its partition and offset,
 unless --on-bad-record skip, which leaves it out and counts it by reason
 (see kmaterialize tables).
 
+A corrupt database (see kmaterialize check) stops the rebuild with exit 1;
+--replace-corrupt moves it aside to FILE.corrupt-<UTC time> instead, says
+where in the log, and builds a fresh database with this table only.
+
 Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --replace-corrupt
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-offsets 0=120,2=7
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-timestamp 2026-11-29T10:00:00Z
   $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
@@ -49,7 +55,8 @@ Examples:
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
 		Flags: append([]cli.Flag{
-			brokersFlag(), topicFlag(), dbFlag(true),
+			brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(),
+			&cli.BoolFlag{Name: "replace-corrupt", Usage: "if the database is corrupt, move it aside to FILE.corrupt-<UTC time> and build a fresh one"},
 			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
 			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
 			&cli.StringFlag{Name: "from-timestamp", Usage: "start each partition at the first record with timestamp >= `TIME` (RFC 3339 or epoch milliseconds)"},
@@ -69,11 +76,12 @@ Examples:
 }
 
 type rebuildOptions struct {
-	folder   fold.Folder
-	table    string
-	dbPath   string
-	cfg      replay.Config
-	interval time.Duration
+	folder         fold.Folder
+	table          string
+	dbPath         string
+	replaceCorrupt bool
+	cfg            replay.Config
+	interval       time.Duration
 	// allowEmpty lets an empty table replace a non-empty one.
 	allowEmpty bool
 }
@@ -90,7 +98,8 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval"), allowEmpty: c.Bool("allow-empty")}
+	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval"),
+		allowEmpty: c.Bool("allow-empty"), replaceCorrupt: c.Bool("replace-corrupt")}
 	if o.table == "" {
 		o.table = c.String("topic")
 	}
@@ -195,11 +204,25 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	db, err := store.Open(o.dbPath, nil)
+	// The holder record says what holds the file; no secrets (-X) in it.
+	holder := fmt.Sprintf("kmaterialize rebuild --db %s --table %s", o.dbPath, o.table)
+	db, err := openWrite(c, o.dbPath, holder)
+	if errors.Is(err, store.ErrCorrupt) && o.replaceCorrupt {
+		aside, merr := store.MoveAside(o.dbPath, lockTimeout(c), time.Now())
+		if merr != nil {
+			return fmt.Errorf("%w; and moving it aside failed: %w", err, merr)
+		}
+		log.Warn().Str("db", o.dbPath).Str("moved_to", aside).Str("reason", err.Error()).
+			Msg("the database is corrupt: moved it aside, building a fresh one")
+		db, err = openWrite(c, o.dbPath, holder)
+	}
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if v := db.Migrated(); v > 0 {
+		log.Info().Str("db", o.dbPath).Uint64("from", v).Uint64("to", store.FormatVersion).Msg("migrated the database to this build's format")
+	}
 	if n := db.Cleaned(); n > 0 {
 		log.Warn().Int("generations", n).Str("db", o.dbPath).Msg("removed unpublished generations left by an interrupted rebuild")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -300,7 +301,7 @@ func TestOpenTransaction(t *testing.T) {
 
 // TestUnavailable: a missing topic and an unreachable broker exit 5 (the
 // topic is not created); a rebuild while another process holds the database
-// exits 1 saying so, without hanging.
+// exits 7 (busy) naming the holder from its holder record, without hanging.
 func TestUnavailable(t *testing.T) {
 	db := dbPath(t)
 	missing := runName(t) + "-no-such-topic"
@@ -320,7 +321,7 @@ func TestUnavailable(t *testing.T) {
 
 	topic := newTopic(t, 1)
 	produce(t, topic, []localkafka.Record{{Key: []byte("k"), Value: []byte("v")}})
-	held, err := store.Open(db, nil)
+	held, err := store.Open(db, &store.Options{Command: "test holder --db " + db})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,9 +331,11 @@ func TestUnavailable(t *testing.T) {
 		{"scan", "--db", db, "--table", topic},
 	} {
 		start = time.Now()
-		r = mustCLI(t, exitError, args...)
-		if !strings.Contains(r.stderr, "held by another process") {
-			t.Fatalf("stderr does not say the database is held:\n%s", r.stderr)
+		r = mustCLI(t, exitBusy, args...)
+		want := fmt.Sprintf("database busy: %s is held by pid %d (test holder --db %s), since ", db, os.Getpid(), db)
+		if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "Try: wait for the holder to finish") ||
+			strings.Contains(r.stderr, "daemon") {
+			t.Fatalf("stderr does not say the database is held by pid %d with a true hint:\n%s", os.Getpid(), r.stderr)
 		}
 		if d := time.Since(start); d > 15*time.Second {
 			t.Fatalf("locked database: took %s, want about the 3s lock timeout", d)
