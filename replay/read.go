@@ -325,7 +325,10 @@ func (r *reader) clientError(ctx context.Context, partition int32, err error) er
 // holding a partition's last stable offset below its end mark.
 func (r *reader) stallError(ctx context.Context) error {
 	lsos, lerr := LSOs(ctx, r.cl.admin, r.plan, r.c.StallTimeout)
-	if lerr != nil && errors.Is(lerr, ErrTopicNotFound) && r.topicGone(ctx) {
+	// A deleted topic fails ListOffsets as unknown, or with no leader to
+	// ask; metadata says which. Not asked when ListOffsets found no broker
+	// at all: metadata would wait for the same dead brokers.
+	if lerr != nil && !errors.Is(lerr, ErrUnavailable) && r.topicGone(ctx) {
 		return r.topicDeletedError(lerr)
 	}
 	if lerr != nil {
