@@ -21,7 +21,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmaterialize/kmaterialize/fold"
@@ -53,22 +52,21 @@ func produceEach(t *testing.T, b *localkafka.Broker, topic string, partitions in
 // base is zero).
 func produceEachAt(t *testing.T, b *localkafka.Broker, topic string, partitions int32, n int, base time.Time) []rec {
 	t.Helper()
-	cl, err := b.Client(kgo.DefaultProduceTopic(topic))
+	recs := make([]localkafka.Record, n)
+	for i := range recs {
+		recs[i] = localkafka.Record{Partition: int32(i) % partitions,
+			Key: []byte(fmt.Sprintf("k%d", i%17)), Value: []byte(fmt.Sprintf("v%d-%s", i, strings.Repeat("x", 50)))}
+		if !base.IsZero() {
+			recs[i].Timestamp = base.Add(time.Duration(i) * time.Millisecond)
+		}
+	}
+	offs, err := b.ProduceEach(context.Background(), topic, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	out := make([]rec, 0, n)
-	for i := 0; i < n; i++ {
-		kr := &kgo.Record{Topic: topic, Partition: int32(i) % partitions,
-			Key: []byte(fmt.Sprintf("k%d", i%17)), Value: []byte(fmt.Sprintf("v%d-%s", i, strings.Repeat("x", 50)))}
-		if !base.IsZero() {
-			kr.Timestamp = base.Add(time.Duration(i) * time.Millisecond)
-		}
-		if err := cl.ProduceSync(context.Background(), kr).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec{P: kr.Partition, O: kr.Offset, K: string(kr.Key), V: string(kr.Value)})
+	out := make([]rec, n)
+	for i, r := range recs {
+		out[i] = rec{P: r.Partition, O: offs[i], K: string(r.Key), V: string(r.Value)}
 	}
 	return out
 }
@@ -81,76 +79,26 @@ func faultCfg(t *testing.T, b *localkafka.Broker, topic string, stall time.Durat
 	c.Brokers = b.Addr
 	c.StallTimeout = stall
 	c.BatchRecords = 10
-	c.Props = map[string]string{
-		"fetch.max.bytes":            "1024",
-		"message.max.bytes":          "1000",
-		"max.partition.fetch.bytes":  "1",
-		"queued.min.messages":        "1",
-		"queued.max.messages.kbytes": "1",
-		"fetch.wait.max.ms":          "10",
-		"reconnect.backoff.max.ms":   "200",
+	c.Props = map[string]string{}
+	for k, v := range localkafka.SmallFetches {
+		c.Props[k] = v
 	}
 	return c
 }
 
-// midFetch reports whether req is a Fetch of topic (by name or id) that
-// asks for a partition at an offset past from: the read is in its middle.
-func midFetch(c *kfake.Cluster, topic string, req kmsg.Request, from int64) bool {
-	f, ok := req.(*kmsg.FetchRequest)
-	if !ok {
-		return false
-	}
-	var id [16]byte
-	if ti := c.TopicInfo(topic); ti != nil {
-		id = ti.TopicID
-	}
-	for _, ft := range f.Topics {
-		if ft.Topic != topic && (ft.TopicID == [16]byte{} || ft.TopicID != id) {
-			continue
-		}
-		for _, p := range ft.Partitions {
-			if p.FetchOffset > from {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// parked is a Fetch held by the broker in the middle of a read.
-type parked struct {
-	seen    chan struct{} // closed when the fetch is parked
-	release func()        // lets it go (idempotent)
-}
-
-// parkFetch parks the first Fetch of topic at an offset past from until
-// release is called (or the cluster closes), then lets the broker answer
-// it normally.
-func parkFetch(t *testing.T, c *kfake.Cluster, topic string, from int64) *parked {
-	p := &parked{seen: make(chan struct{})}
-	rel := make(chan struct{})
-	var once sync.Once
-	p.release = func() { once.Do(func() { close(rel) }) }
-	t.Cleanup(p.release)
-	var done atomic.Bool
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if done.Load() || !midFetch(c, topic, req, from) {
-			return nil, nil, false
-		}
-		done.Store(true)
-		close(p.seen)
-		c.SleepControl(func() { <-rel })
-		c.DropControl()
-		return nil, nil, false
-	})
+// parkFetch parks b's first fetch of topic above offset from (see
+// localkafka.ParkFetch), released at the latest when the test ends.
+func parkFetch(t *testing.T, b *localkafka.Broker, topic string, from int64) *localkafka.ParkedFetch {
+	p := b.ParkFetch(topic, from)
+	t.Cleanup(p.Release)
 	return p
 }
 
 // waitParked waits for the parked fetch, or fails the test.
-func waitParked(t *testing.T, p *parked, errc <-chan error) {
+func waitParked(t *testing.T, p *localkafka.ParkedFetch, errc <-chan error) {
 	t.Helper()
 	select {
-	case <-p.seen:
+	case <-p.Seen:
 	case err := <-errc:
 		t.Fatalf("the replay ended (%v) before the fetch was parked", err)
 	case <-time.After(30 * time.Second):
@@ -322,7 +270,7 @@ func TestDroppedConnectionMidRead(t *testing.T) {
 	want := produceEach(t, broker, topic, 2, 100)
 	var dropped atomic.Int64
 	broker.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if !midFetch(broker.Cluster, topic, req, 10) {
+		if !broker.MidFetch(topic, req, 10) {
 			return nil, nil, false
 		}
 		dropped.Add(1)
@@ -358,11 +306,11 @@ func TestBrokerStoppedMidRead(t *testing.T) {
 	b := ownBroker(t)
 	topic := uniqueTopic(t, b, 2)
 	produceEach(t, b, topic, 2, 60)
-	p := parkFetch(t, b.Cluster, topic, 5)
+	p := parkFetch(t, b, topic, 5)
 	out, errc := runAsync(t, faultCfg(t, b, topic, 1500*time.Millisecond))
 	waitParked(t, p, errc)
 	b.Close()
-	p.release()
+	p.Release()
 	o := await(t, out)
 	if !errors.Is(o.err, ErrUnavailable) || errors.Is(o.err, ErrOpenTransaction) {
 		t.Fatalf("err = %v, want ErrUnavailable and no open transaction", o.err)
@@ -393,11 +341,11 @@ func TestBrokerRestartedMidRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := parkFetch(t, b.Cluster, topic, 5)
+	p := parkFetch(t, b, topic, 5)
 	out, errc := runAsync(t, faultCfg(t, b, topic, 10*time.Second))
 	waitParked(t, p, errc)
 	b.Close()
-	p.release()
+	p.Release()
 	b2 := ownBroker(t, kfake.DataDir(dir), kfake.Ports(port))
 	if b2.Addr != b.Addr {
 		t.Fatalf("restarted on %s, want %s", b2.Addr, b.Addr)
@@ -428,13 +376,13 @@ func splitPort(addr string) (string, int, error) {
 func TestTopicDeletedMidRead(t *testing.T) {
 	topic := uniqueTopic(t, broker, 2)
 	produceEach(t, broker, topic, 2, 60)
-	p := parkFetch(t, broker.Cluster, topic, 5)
+	p := parkFetch(t, broker, topic, 5)
 	out, errc := runAsync(t, faultCfg(t, broker, topic, 3*time.Second))
 	waitParked(t, p, errc)
 	if err := broker.Cluster.DeleteTopic(topic); err != nil {
 		t.Fatal(err)
 	}
-	p.release()
+	p.Release()
 	o := await(t, out)
 	if !errors.Is(o.err, ErrTopicNotFound) || !errors.Is(o.err, ErrTopicDeleted) || errors.Is(o.err, ErrStalled) {
 		t.Fatalf("err = %v, want ErrTopicDeleted", o.err)
@@ -450,7 +398,7 @@ func TestTopicDeletedMidRead(t *testing.T) {
 func TestPartitionsAddedMidRead(t *testing.T) {
 	topic := uniqueTopic(t, broker, 2)
 	want := produceEach(t, broker, topic, 2, 40)
-	p := parkFetch(t, broker.Cluster, topic, 5)
+	p := parkFetch(t, broker, topic, 5)
 	var logs bytes.Buffer
 	c := faultCfg(t, broker, topic, 10*time.Second)
 	c.Log = zerolog.New(zerolog.MultiLevelWriter(&syncWriter{w: &logs}, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
@@ -475,7 +423,7 @@ func TestPartitionsAddedMidRead(t *testing.T) {
 	if _, err := broker.Produce(context.Background(), topic, []localkafka.Record{kv(2, "new", "2"), kv(3, "new", "3")}); err != nil {
 		t.Fatal(err)
 	}
-	p.release()
+	p.Release()
 	o := await(t, out)
 	if o.err != nil {
 		t.Fatal(o.err)

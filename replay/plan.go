@@ -193,8 +193,8 @@ func listOffsets(ctx context.Context, admin *kafka.AdminClient, topic string, ti
 		off := int64(info.Offset)
 		if off < 0 && (spec == kafka.EarliestOffsetSpec || spec == kafka.LatestOffsetSpec) {
 			return nil, &Error{Op: "list-offsets", Topic: topic, Partition: tp.Partition, Offset: -1, Kind: ErrUnavailable,
-				Detail: fmt.Sprintf("ListOffsets answered no offset (%d) for partition %d", off, tp.Partition),
-				Err:    kafka.NewError(kafka.ErrTimedOut, "no offset in the ListOffsets answer", false)}
+				Detail: fmt.Sprintf("ListOffsets gave no offset for partition %d", tp.Partition),
+				Err:    kafka.NewError(kafka.ErrTimedOut, "the request got no answer", false)}
 		}
 		out[tp.Partition] = off
 	}

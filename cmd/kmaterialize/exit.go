@@ -58,10 +58,12 @@ func hint(err error) string {
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
 		return "stop the other kmaterialize process holding the database, or wait for its rebuild to finish"
+	case errors.Is(err, replay.ErrTopicDeleted):
+		return "find out who deleted the topic; the previous table is kept until a rebuild of a recreated topic succeeds"
 	case errors.Is(err, replay.ErrTopicNotFound):
 		return "kmaterialize describe --brokers HOST:PORT --topic TOPIC, and check the topic name"
 	case errors.Is(err, replay.ErrUnavailable):
-		return "check --brokers (or KMATERIALIZE_BROKERS) and the security settings passed with -X"
+		return "check that the brokers are up and reachable (--brokers or KMATERIALIZE_BROKERS) and the security settings passed with -X, then rerun"
 	case errors.Is(err, replay.ErrOpenTransaction):
 		return "wait for the producer's transaction to finish, or rebuild with --end stable"
 	case errors.Is(err, replay.ErrStalled):
