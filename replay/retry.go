@@ -62,18 +62,16 @@ var errNoLeader = kafka.NewError(kafka.ErrLeaderNotAvailable, "partition has no 
 
 // retry runs attempt until it returns nil, an error retriable does not
 // accept, or budget has passed since the first attempt, sleeping a doubling
-// backoff (100ms to 1s) between attempts. Each attempt gets the remaining
-// budget as its own timeout. A budget exhausted by retriable errors is an
-// *Error of kind ErrUnavailable that says, truthfully, how long and how many
-// attempts failed; other errors are returned as attempt returned them.
+// backoff (100ms to 1s, and never past the budget) between attempts. Each
+// attempt gets the remaining budget (at least retryBackoffMin) as its own
+// timeout. A budget exhausted by retriable errors is an *Error of kind
+// ErrUnavailable that says, truthfully, how long and how many attempts
+// failed; other errors are returned as attempt returned them.
 func retry(ctx context.Context, op, topic string, budget time.Duration, attempt func(ctx context.Context, timeout time.Duration) error) error {
 	start := time.Now()
 	backoff := retryBackoffMin
 	for n := 1; ; n++ {
-		remaining := budget - time.Since(start)
-		if remaining < 10*time.Millisecond {
-			remaining = 10 * time.Millisecond
-		}
+		remaining := max(budget-time.Since(start), retryBackoffMin)
 		actx, cancel := context.WithTimeout(ctx, remaining)
 		err := attempt(actx, remaining)
 		cancel()
@@ -92,19 +90,19 @@ func retry(ctx context.Context, op, topic string, budget time.Duration, attempt 
 			return err
 		}
 		elapsed := time.Since(start)
-		if elapsed+backoff >= budget {
+		if elapsed >= budget {
 			partition, offset := int32(-1), int64(-1)
 			if re != nil {
 				partition, offset = re.Partition, re.Offset
 			}
 			return &Error{Op: op, Topic: topic, Partition: partition, Offset: offset, Kind: ErrUnavailable, Err: cause,
-				Detail: fmt.Sprintf("Kafka unavailable: no usable answer for %s (%d attempts)",
+				Detail: fmt.Sprintf("Kafka unavailable: failed for %s over %d attempts",
 					elapsed.Round(time.Millisecond), n)}
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s %s interrupted: %w", op, topic, ctx.Err())
-		case <-time.After(backoff):
+		case <-time.After(min(backoff, budget-elapsed)):
 		}
 		backoff = min(2*backoff, retryBackoffMax)
 	}
