@@ -93,7 +93,9 @@ func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout 
 	return plan, nil
 }
 
-// describe asks metadata for topic's partitions and their leaders, once.
+// describe asks metadata for topic's partitions and their leaders, once. A
+// partition without a leader is a retriable error, returned with the
+// partitions.
 //
 // A topic that metadata says does not exist is ErrTopicNotFound, not
 // retried: a misspelt topic must fail promptly, and Kafka's metadata answers
@@ -122,16 +124,20 @@ func describe(ctx context.Context, admin *kafka.AdminClient, topic string, timeo
 		if p.Leader != nil {
 			leader = int32(p.Leader.ID)
 		}
-		if leader < 0 {
-			return nil, &Error{Op: "metadata", Topic: topic, Partition: int32(p.Partition), Offset: -1, Kind: ErrUnavailable,
-				Detail: fmt.Sprintf("partition %d has no leader", p.Partition), Err: errNoLeader}
-		}
 		parts = append(parts, PartitionBounds{Partition: int32(p.Partition), Leader: leader})
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].Partition < parts[j].Partition })
 	if len(parts) == 0 {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
 			Detail: fmt.Sprintf("topic %q has no partitions", topic)}
+	}
+	for _, p := range parts {
+		if p.Leader < 0 {
+			// The partitions are returned with the error: the set is
+			// known even while a leader is missing.
+			return parts, &Error{Op: "metadata", Topic: topic, Partition: p.Partition, Offset: -1, Kind: ErrUnavailable,
+				Detail: fmt.Sprintf("partition %d has no leader", p.Partition), Err: errNoLeader}
+		}
 	}
 	return parts, nil
 }

@@ -407,7 +407,7 @@ func (r *reader) topicDeletedError(cause error) *Error {
 // or metadata cannot say.
 func (r *reader) addedPartitions(ctx context.Context) string {
 	now, err := describe(ctx, r.cl.admin, r.c.Topic, min(r.c.StallTimeout, 5*time.Second))
-	if err != nil {
+	if len(now) == 0 {
 		r.c.Log.Debug().Err(err).Str("topic", r.c.Topic).Msg("could not check for partitions added during the replay")
 		return ""
 	}

@@ -96,8 +96,8 @@ func retry(ctx context.Context, op, topic string, budget time.Duration, attempt 
 				partition, offset = re.Partition, re.Offset
 			}
 			return &Error{Op: op, Topic: topic, Partition: partition, Offset: offset, Kind: ErrUnavailable, Err: cause,
-				Detail: fmt.Sprintf("Kafka unavailable: failed for %s over %d attempts",
-					elapsed.Round(time.Millisecond), n)}
+				Detail: fmt.Sprintf("Kafka unavailable: failed for %s over %s",
+					elapsed.Round(time.Millisecond), plural(n, "attempt"))}
 		}
 		select {
 		case <-ctx.Done():
@@ -106,4 +106,11 @@ func retry(ctx context.Context, op, topic string, budget time.Duration, attempt 
 		}
 		backoff = min(2*backoff, retryBackoffMax)
 	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

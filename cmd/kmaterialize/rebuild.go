@@ -32,6 +32,11 @@ exits 4. --end stable stops at the last stable offset captured at start and
 never waits, but leaves out records committed after the oldest open
 transaction.
 
+Transient broker errors (a leader election, a broker restarting) are retried
+for up to --stall-timeout. Brokers that stay unreachable, or the topic deleted
+during the read, exit 5. Partitions added during the read are not read (a
+warning names them); ` + "`kmaterialize tables`" + ` shows the partitions a table covers.
+
 Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-offsets 0=120,2=7
