@@ -187,8 +187,9 @@ func listOffsetsFault(topic string, ts int64, iso int8, code *kerr.Error) kfake.
 }
 
 // TestFaultRetriableListOffsets: one transient error on each start-time
-// ListOffsets (low, high, LSO, offsets for a timestamp) is retried: the
-// replay reads exactly the records at or after the timestamp.
+// ListOffsets (low, high, LSO, offsets for a timestamp), and an
+// UNKNOWN_TOPIC_OR_PARTITION for a topic metadata still lists, are retried:
+// the replay reads exactly the records at or after the timestamp.
 func TestFaultRetriableListOffsets(t *testing.T) {
 	topic := uniqueTopic(t, broker, 2)
 	now := time.Now()
@@ -200,6 +201,9 @@ func TestFaultRetriableListOffsets(t *testing.T) {
 		listOffsetsFault(topic, -1, 0, kerr.LeaderNotAvailable),
 		listOffsetsFault(topic, -1, 1, kerr.NotLeaderForPartition),
 		listOffsetsFault(topic, 0, 0, kerr.UnknownLeaderEpoch),
+		// A broker that has not yet learned of the partition: retried
+		// because metadata still lists the topic.
+		listOffsetsFault(topic, -2, 0, kerr.UnknownTopicOrPartition),
 	}
 	var hs []*kfake.FaultHandle
 	for _, f := range faults {
