@@ -38,7 +38,7 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	plan.End = c.End
 	var re *Error
 	if errors.As(err, &re) && errors.Is(err, ErrUnavailable) {
-		re.Detail += fmt.Sprintf(", brokers %s", c.Brokers)
+		re.Detail += fmt.Sprintf(", brokers %s", brokersOf(c))
 	}
 	if err != nil {
 		return plan, err
@@ -159,17 +159,23 @@ func listOffsetsRetry(ctx context.Context, admin *kafka.AdminClient, topic strin
 	err := retry(ctx, "list-offsets", topic, timeout, func(ctx context.Context, t time.Duration) error {
 		var err error
 		out, err = listOffsets(ctx, admin, topic, t, plan, spec, iso)
-		if errors.Is(err, ErrTopicNotFound) {
-			if _, derr := describe(ctx, admin, topic, t); derr != nil && errors.Is(derr, ErrTopicNotFound) {
-				return derr
-			}
-			var re *Error
-			if errors.As(err, &re) {
-				// Metadata still knows the topic: a lagging broker.
-				re.Kind, re.Err = ErrUnavailable, kafka.NewError(kafka.ErrLeaderNotAvailable, re.Error(), false)
-			}
+		var re *Error
+		if !errors.Is(err, ErrTopicNotFound) || !errors.As(err, &re) {
+			return err
 		}
-		return err
+		if _, derr := describe(ctx, admin, topic, t); derr != nil && errors.Is(derr, ErrTopicNotFound) {
+			return &Error{Op: "list-offsets", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted,
+				Detail: fmt.Sprintf("topic deleted: %q was deleted after its partitions were discovered", topic), Err: re.Err}
+		}
+		// Metadata still lists the topic: a broker that has not yet
+		// learned of the partition. Retriable, as a missing leader.
+		cause := "unknown topic or partition"
+		if re.Err != nil {
+			cause = re.Err.Error()
+		}
+		re.Kind, re.Detail = ErrUnavailable, "the partition's broker does not know it yet (metadata lists the topic)"
+		re.Err = kafka.NewError(kafka.ErrLeaderNotAvailable, cause, false)
+		return re
 	})
 	return out, err
 }
