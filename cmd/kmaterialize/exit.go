@@ -34,7 +34,8 @@ func exitCode(err error) int {
 		return exitConflict
 	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
 		return exitIncomplete
-	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound):
+	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound),
+		errors.Is(err, replay.ErrTopicDeleted):
 		return exitUnavailable
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
 		errors.Is(err, context.Canceled):
