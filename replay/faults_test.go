@@ -115,8 +115,13 @@ type outcome struct {
 
 func runAsync(t *testing.T, c Config) (<-chan outcome, <-chan error) {
 	out := make(chan outcome, 1)
-	errc := make(chan error, 1) // closed-over copy of the error, for waitParked
+	errc := make(chan error, 1) // a copy of the error, for waitParked
+	finished := make(chan struct{})
+	// The replay logs through t: it must end before the test does, even
+	// when the test fails early.
+	t.Cleanup(func() { <-finished })
 	go func() {
+		defer close(finished)
 		var got []rec
 		res, err := Run(context.Background(), c, func(b []fold.Record) error {
 			for _, r := range b {

@@ -68,9 +68,18 @@ func faultRebuildArgs(b *localkafka.Broker, topic, db, stall string) []string {
 func rebuildParked(t *testing.T, b *localkafka.Broker, topic string, from int64, args []string, inject func()) result {
 	t.Helper()
 	p := b.ParkFetch(topic, from)
-	t.Cleanup(p.Release)
 	done := make(chan result, 1)
-	go func() { done <- kmz(t, args...) }()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- kmz(t, args...)
+	}()
+	// On a failure below, the rebuild still ends before the test does
+	// (it logs through t): release its fetch and wait for it.
+	t.Cleanup(func() {
+		p.Release()
+		<-finished
+	})
 	select {
 	case <-p.Seen:
 	case r := <-done:
