@@ -339,7 +339,7 @@ func (r *reader) stallError(ctx context.Context) error {
 			since = r.lastAnswer
 		}
 		return &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrUnavailable, Err: lerr,
-			Detail: fmt.Sprintf("Kafka unavailable: no broker of %s answered for %s (nor the last stable offset query after the stall); positions: %s; nothing was published",
+			Detail: fmt.Sprintf("Kafka unavailable: no broker of %s answered for %s (nor the last stable offset query after the stall); positions: %s",
 				brokersOf(r.c), time.Since(since).Round(100*time.Millisecond), strings.Join(r.positions(nil), "; "))}
 	}
 	var txnPart *partState
@@ -397,7 +397,7 @@ func (r *reader) topicGone(ctx context.Context) bool {
 
 func (r *reader) topicDeletedError(cause error) *Error {
 	return &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted, Err: cause,
-		Detail: fmt.Sprintf("topic deleted: %q was deleted while the replay read it (%s); nothing was published",
+		Detail: fmt.Sprintf("topic deleted: %q was deleted while the replay read it (%s)",
 			r.c.Topic, strings.Join(r.positions(nil), "; "))}
 }
 
