@@ -76,7 +76,7 @@ func classify(err error) error {
 		return ErrKafka
 	}
 	switch ke.Code() {
-	case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic:
+	case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic, kafka.ErrUnknownTopicID:
 		return ErrTopicNotFound
 	case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrTimedOut, kafka.ErrTimedOutQueue,
 		kafka.ErrRequestTimedOut, kafka.ErrBrokerNotAvailable, kafka.ErrLeaderNotAvailable,
@@ -92,12 +92,31 @@ func classify(err error) error {
 	return ErrKafka
 }
 
+// notAuthorized reports whether err is an authentication or authorization
+// failure.
+func notAuthorized(err error) bool {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke.Code() {
+	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed,
+		kafka.ErrGroupAuthorizationFailed, kafka.ErrSaslAuthenticationFailed,
+		kafka.ErrAuthentication, kafka.ErrSsl:
+		return true
+	}
+	return false
+}
+
 func wrapErr(op, topic string, partition int32, offset int64, err error) *Error {
 	kind := classify(err)
 	detail := ""
 	switch kind {
 	case ErrUnavailable:
-		detail = "kafka unavailable (no answer in time, broker down, or not authorized)"
+		detail = "Kafka unavailable"
+		if notAuthorized(err) {
+			detail = "Kafka refused: not authorized"
+		}
 	case ErrTopicNotFound:
 		detail = fmt.Sprintf("topic %q does not exist (kmaterialize never creates topics)", topic)
 	}

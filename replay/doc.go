@@ -31,4 +31,20 @@
 //
 // Records removed under the replay (retention, DeleteRecords) are an error,
 // never a silent skip: the consumer runs with auto.offset.reset=error.
+//
+// # Broker faults
+//
+// Transient errors while capturing (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+// timeouts, a lost connection, on metadata or any start-time ListOffsets)
+// are retried with a backoff for up to the stall timeout; only an error that
+// persists that long is ErrUnavailable, and its message says for how long and
+// how many attempts. A topic that metadata says does not exist is
+// ErrTopicNotFound at once. During the read the client retries on its own;
+// a stall then asks for the last stable offsets, and if that fails too the
+// brokers are unreachable (ErrUnavailable, naming them and for how long none
+// answered): an LSO that could not be read is never reported as an open
+// transaction. A topic deleted under the replay is ErrTopicNotFound with
+// ErrTopicDeleted. Partitions added during a replay are not read (the
+// partition set, like the end marks, is captured once); the replay logs a
+// warning naming them and adds it to Result.Plan.Warnings.
 package replay

@@ -9,10 +9,15 @@ import (
 // Sentinel errors, grouped by phase. Use errors.Is on an *Error.
 var (
 	// ErrUnavailable is returned when the cluster cannot be reached or does
-	// not answer (metadata, ListOffsets) in time, or authorization fails.
+	// not answer in time: metadata or ListOffsets failed with transient
+	// errors for the whole stall timeout, or no broker answered during the
+	// read; also when authorization fails.
 	ErrUnavailable = errors.New("kafka unavailable")
 	// ErrTopicNotFound is returned when metadata says the topic does not exist.
 	ErrTopicNotFound = errors.New("topic not found")
+	// ErrTopicDeleted is returned (with ErrTopicNotFound) when the topic
+	// was deleted while the replay read it.
+	ErrTopicDeleted = errors.New("topic deleted during the replay")
 	// ErrBadStart is returned when a requested start cannot be honoured: an
 	// offset above the high mark, or a partition the topic does not have.
 	ErrBadStart = errors.New("bad start position")
@@ -37,7 +42,7 @@ type Error struct {
 	Partition int32
 	Offset    int64
 	Kind      error // one of the sentinels above
-	Reason    error // an optional second sentinel, e.g. ErrOpenTransaction with ErrStalled
+	Reason    error // an optional second sentinel, e.g. ErrOpenTransaction with ErrStalled, ErrTopicDeleted with ErrTopicNotFound
 	Detail    string
 	Err       error // the underlying cause, may be nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -37,7 +38,7 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	plan.End = c.End
 	var re *Error
 	if errors.As(err, &re) && errors.Is(err, ErrUnavailable) {
-		re.Detail += fmt.Sprintf(" after %s, brokers %s", c.StallTimeout, c.Brokers)
+		re.Detail += fmt.Sprintf(", brokers %s", brokersOf(c))
 	}
 	if err != nil {
 		return plan, err
@@ -55,50 +56,33 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 
 // Marks discovers topic's partitions from metadata (never creating it) and
 // captures each one's leader, retained low, high watermark (read_uncommitted
-// ListOffsets) and last stable offset (read_committed ListOffsets), each
-// request bounded by timeout. Start and End are left at zero. The copier
-// uses it too, so both agree on what "the end" of a topic is.
+// ListOffsets) and last stable offset (read_committed ListOffsets). Each of
+// these requests is retried on transient errors (see retriable) until it
+// has failed for timeout; a missing topic fails at once. Start and End are
+// left at zero. The copier uses it too, so both agree on what "the end" of
+// a topic is.
 func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) (Plan, error) {
 	plan := Plan{Topic: topic}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	res, err := admin.DescribeTopics(tctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}),
-		kafka.SetAdminRequestTimeout(timeout))
+	err := retry(ctx, "metadata", topic, timeout, func(ctx context.Context, t time.Duration) error {
+		parts, err := describe(ctx, admin, topic, t)
+		plan.Partitions = parts
+		return err
+	})
 	if err != nil {
-		return plan, wrapErr("metadata", topic, -1, -1, err)
+		return plan, err
 	}
-	if len(res.TopicDescriptions) != 1 {
-		return plan, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrKafka,
-			Detail: fmt.Sprintf("metadata answered %d topics for one asked", len(res.TopicDescriptions))}
-	}
-	td := res.TopicDescriptions[0]
-	if td.Error.Code() != kafka.ErrNoError {
-		return plan, wrapErr("metadata", topic, -1, -1, td.Error)
-	}
-	for _, p := range td.Partitions {
-		leader := int32(-1)
-		if p.Leader != nil {
-			leader = int32(p.Leader.ID)
-		}
-		plan.Partitions = append(plan.Partitions, PartitionBounds{Partition: int32(p.Partition), Leader: leader})
-	}
-	sort.Slice(plan.Partitions, func(i, j int) bool { return plan.Partitions[i].Partition < plan.Partitions[j].Partition })
-	if len(plan.Partitions) == 0 {
-		return plan, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
-			Detail: fmt.Sprintf("topic %q has no partitions", topic)}
-	}
-	lows, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+	lows, err := listOffsetsRetry(ctx, admin, topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 	if err != nil {
 		return plan, err
 	}
 	// The high watermark as a read_uncommitted ListOffsets reports it; on a
 	// read_committed handle librdkafka's QueryWatermarkOffsets would
 	// answer the LSO instead.
-	highs, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+	highs, err := listOffsetsRetry(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 	if err != nil {
 		return plan, err
 	}
-	lsos, err := listOffsets(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
+	lsos, err := listOffsetsRetry(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
 	if err != nil {
 		return plan, err
 	}
@@ -109,12 +93,98 @@ func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout 
 	return plan, nil
 }
 
-// LSOs asks for each partition's current last stable offset.
+// describe asks metadata for topic's partitions and their leaders, once. A
+// partition without a leader is a retriable error, returned with the
+// partitions.
+//
+// A topic that metadata says does not exist is ErrTopicNotFound, not
+// retried: a misspelt topic must fail promptly, and Kafka's metadata answers
+// UNKNOWN_TOPIC_OR_PARTITION for an existing topic only in the moment after
+// its creation, on a broker whose metadata cache has not caught up, which a
+// rebuild of an established topic does not meet. A topic that exists with a
+// partition whose leader is missing (an election, a broker restarting) is a
+// retriable LEADER_NOT_AVAILABLE.
+func describe(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) ([]PartitionBounds, error) {
+	res, err := admin.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}),
+		kafka.SetAdminRequestTimeout(timeout))
+	if err != nil {
+		return nil, wrapErr("metadata", topic, -1, -1, err)
+	}
+	if len(res.TopicDescriptions) != 1 {
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrKafka,
+			Detail: fmt.Sprintf("metadata answered %d topics for one asked", len(res.TopicDescriptions))}
+	}
+	td := res.TopicDescriptions[0]
+	if td.Error.Code() != kafka.ErrNoError {
+		return nil, wrapErr("metadata", topic, -1, -1, td.Error)
+	}
+	var parts []PartitionBounds
+	for _, p := range td.Partitions {
+		leader := int32(-1)
+		if p.Leader != nil {
+			leader = int32(p.Leader.ID)
+		}
+		parts = append(parts, PartitionBounds{Partition: int32(p.Partition), Leader: leader})
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Partition < parts[j].Partition })
+	if len(parts) == 0 {
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
+			Detail: fmt.Sprintf("topic %q has no partitions", topic)}
+	}
+	for _, p := range parts {
+		if p.Leader < 0 {
+			// The partitions are returned with the error: the set is
+			// known even while a leader is missing.
+			return parts, &Error{Op: "metadata", Topic: topic, Partition: p.Partition, Offset: -1, Kind: ErrUnavailable,
+				Detail: fmt.Sprintf("partition %d has no leader", p.Partition), Err: errNoLeader}
+		}
+	}
+	return parts, nil
+}
+
+// LSOs asks for each partition's current last stable offset, once (no
+// retry: its callers ask during a stall and report a failure as the
+// brokers being unreachable). A negative offset is never returned as an
+// LSO.
 func LSOs(ctx context.Context, admin *kafka.AdminClient, plan Plan, timeout time.Duration) (map[int32]int64, error) {
 	return listOffsets(ctx, admin, plan.Topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted)
 }
 
-// listOffsets asks ListOffsets for every partition of the plan.
+// listOffsetsRetry is listOffsets retried within timeout (see retry). An
+// UNKNOWN_TOPIC_OR_PARTITION answer is retried only while metadata still
+// says the topic exists: ListOffsets can reach a broker that has not yet
+// learned of a partition, but a topic deleted since discovery is final.
+func listOffsetsRetry(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration, plan Plan, spec kafka.OffsetSpec, iso kafka.IsolationLevel) (map[int32]int64, error) {
+	var out map[int32]int64
+	err := retry(ctx, "list-offsets", topic, timeout, func(ctx context.Context, t time.Duration) error {
+		var err error
+		out, err = listOffsets(ctx, admin, topic, t, plan, spec, iso)
+		var re *Error
+		if !errors.Is(err, ErrTopicNotFound) || !errors.As(err, &re) {
+			return err
+		}
+		if _, derr := describe(ctx, admin, topic, t); derr != nil && errors.Is(derr, ErrTopicNotFound) {
+			return &Error{Op: "list-offsets", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted,
+				Detail: fmt.Sprintf("topic deleted: %q was deleted after its partitions were discovered", topic), Err: re.Err}
+		}
+		// Metadata still lists the topic: a broker that has not yet
+		// learned of the partition. Retriable, as a missing leader.
+		cause := "unknown topic or partition"
+		if re.Err != nil {
+			cause = re.Err.Error()
+		}
+		re.Kind, re.Detail = ErrUnavailable, "the partition's broker does not know it yet (metadata lists the topic)"
+		re.Err = kafka.NewError(kafka.ErrLeaderNotAvailable, cause, false)
+		return re
+	})
+	return out, err
+}
+
+// listOffsets asks ListOffsets for every partition of the plan, once. For
+// the earliest and latest specs a negative answer (librdkafka's
+// OffsetInvalid, -1001, for a request that got no real answer) is an error,
+// never an offset; for a timestamp spec -1 means "no such record" and is
+// returned as is.
 func listOffsets(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration, plan Plan, spec kafka.OffsetSpec, iso kafka.IsolationLevel) (map[int32]int64, error) {
 	req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(plan.Partitions))
 	for _, p := range plan.Partitions {
@@ -132,7 +202,13 @@ func listOffsets(ctx context.Context, admin *kafka.AdminClient, topic string, ti
 		if info.Error.Code() != kafka.ErrNoError {
 			return nil, wrapErr("list-offsets", topic, tp.Partition, -1, info.Error)
 		}
-		out[tp.Partition] = int64(info.Offset)
+		off := int64(info.Offset)
+		if off < 0 && (spec == kafka.EarliestOffsetSpec || spec == kafka.LatestOffsetSpec) {
+			return nil, &Error{Op: "list-offsets", Topic: topic, Partition: tp.Partition, Offset: -1, Kind: ErrUnavailable,
+				Detail: fmt.Sprintf("ListOffsets gave no offset for partition %d", tp.Partition),
+				Err:    kafka.NewError(kafka.ErrTimedOut, "the request got no answer", false)}
+		}
+		out[tp.Partition] = off
 	}
 	for _, p := range plan.Partitions {
 		if _, ok := out[p.Partition]; !ok {
@@ -180,7 +256,7 @@ func resolveStarts(ctx context.Context, cl *clients, c Config, plan *Plan) error
 		}
 	case !c.Start.Timestamp.IsZero():
 		ms := c.Start.Timestamp.UnixMilli()
-		offs, err := listOffsets(ctx, cl.admin, c.Topic, c.StallTimeout, *plan, kafka.NewOffsetSpecForTimestamp(ms), kafka.IsolationLevelReadUncommitted)
+		offs, err := listOffsetsRetry(ctx, cl.admin, c.Topic, c.StallTimeout, *plan, kafka.NewOffsetSpecForTimestamp(ms), kafka.IsolationLevelReadUncommitted)
 		if err != nil {
 			return err
 		}
@@ -219,4 +295,36 @@ func Inspect(ctx context.Context, c Config) (Plan, error) {
 	}
 	defer cl.Close()
 	return capture(ctx, cl, c)
+}
+
+// PartitionSet writes a set of partition numbers compactly, runs as ranges:
+// "0-2", "0-2,5", "4". ps need not be sorted.
+func PartitionSet(ps []int32) string {
+	s := append([]int32(nil), ps...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", s[i], s[j])
+		} else {
+			fmt.Fprintf(&b, "%d", s[i])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// brokersOf names the bootstrap brokers of c, for messages.
+func brokersOf(c Config) string {
+	if c.Brokers != "" {
+		return c.Brokers
+	}
+	return c.Props["bootstrap.servers"]
 }

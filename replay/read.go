@@ -57,6 +57,12 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	}
 	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
 	res, err := r.run(ctx)
+	if err == nil {
+		if w := r.addedPartitions(ctx); w != "" {
+			c.Log.Warn().Str("topic", c.Topic).Msg(w)
+			res.Plan.Warnings = append(res.Plan.Warnings, w)
+		}
+	}
 	res.Group = cl.group
 	res.Elapsed = time.Since(started)
 	return res, err
@@ -75,6 +81,12 @@ type reader struct {
 	records int64
 	batch   []fold.Record
 	lastErr error
+	// lastAnswer is when the brokers last delivered anything (a record or
+	// a partition EOF); zero until the first.
+	lastAnswer time.Time
+	// topicChecked is when metadata was last asked whether the topic
+	// still exists, after the client reported it unknown.
+	topicChecked time.Time
 }
 
 func (r *reader) run(ctx context.Context) (Result, error) {
@@ -135,7 +147,7 @@ func (r *reader) run(ctx context.Context) (Result, error) {
 // poll handles what one Poll returns, draining what is already queued
 // without blocking, and reports whether any partition's position moved.
 func (r *reader) poll(ctx context.Context) (bool, error) {
-	progressed := false
+	progressed, answered := false, false
 	timeout := 100
 	for i := 0; i < r.c.BatchRecords && r.pending > 0; i++ {
 		ev := r.cl.consumer.Poll(timeout)
@@ -143,11 +155,18 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 		if ev == nil {
 			break
 		}
+		switch ev.(type) {
+		case *kafka.Message, kafka.PartitionEOF:
+			answered = true
+		}
 		moved, err := r.handle(ctx, ev)
 		if err != nil {
 			return progressed, err
 		}
 		progressed = progressed || moved
+	}
+	if answered {
+		r.lastAnswer = time.Now()
 	}
 	return progressed, nil
 }
@@ -231,6 +250,15 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 		if e.IsFatal() {
 			return false, &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
 		}
+		if classify(e) == ErrTopicNotFound && time.Since(r.topicChecked) >= time.Second {
+			// The client no longer finds the topic: deleted, or a
+			// broker whose metadata lags. Ask metadata, at most once a
+			// second, rather than wait for the stall timeout.
+			r.topicChecked = time.Now()
+			if r.topicGone(ctx) {
+				return false, r.topicDeletedError(e)
+			}
+		}
 		// Transient (broker down, transport): librdkafka retries; the
 		// stall timeout bounds how long we let it.
 		r.lastErr = e
@@ -285,33 +313,47 @@ func (r *reader) clientError(ctx context.Context, partition int32, err error) er
 		return &Error{Op: "read", Topic: r.c.Topic, Partition: partition, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
 			Detail: "fetch offset out of range (records removed under the replay); nothing was published"}
 	}
+	if classify(err) == ErrTopicNotFound && r.topicGone(ctx) {
+		return r.topicDeletedError(err)
+	}
 	return wrapErr("read", r.c.Topic, partition, -1, err)
 }
 
 // stallError names each unfinished partition's position and end mark, and
-// the open transaction when that is what holds a partition back.
+// what holds the replay back: the topic deleted, the brokers unreachable
+// (the last stable offsets cannot even be asked), or an open transaction
+// holding a partition's last stable offset below its end mark.
 func (r *reader) stallError(ctx context.Context) error {
-	var lsos map[int32]int64
-	if l, err := listOffsets(ctx, r.cl.admin, r.c.Topic, r.c.StallTimeout, r.plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted); err == nil {
-		lsos = l
+	lsos, lerr := LSOs(ctx, r.cl.admin, r.plan, r.c.StallTimeout)
+	// A deleted topic fails ListOffsets as unknown, or with no leader to
+	// ask; metadata says which. Not asked when ListOffsets found no broker
+	// at all: metadata would wait for the same dead brokers.
+	if lerr != nil && !errors.Is(lerr, ErrUnavailable) && r.topicGone(ctx) {
+		return r.topicDeletedError(lerr)
 	}
-	var parts []string
+	if lerr != nil {
+		// Without LSOs nothing can be said about transactions; a
+		// negative or missing LSO is never taken for a real one.
+		since := r.started
+		if !r.lastAnswer.IsZero() {
+			since = r.lastAnswer
+		}
+		return &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrUnavailable, Err: lerr,
+			Detail: fmt.Sprintf("Kafka unavailable: no broker of %s answered for %s (nor the last stable offset query after the stall); positions: %s",
+				brokersOf(r.c), time.Since(since).Round(100*time.Millisecond), strings.Join(r.positions(nil), "; "))}
+	}
 	var txnPart *partState
-	for _, st := range r.order {
-		if st.done {
-			continue
+	parts := r.positions(func(st *partState) string {
+		lso, ok := lsos[st.bounds.Partition]
+		if !ok || lso < 0 || lso >= st.bounds.End || st.pos < lso {
+			return ""
 		}
-		s := fmt.Sprintf("partition %d at %d of high mark %d", st.bounds.Partition, st.pos, st.bounds.End)
-		if lso, ok := lsos[st.bounds.Partition]; ok && lso < st.bounds.End && st.pos >= lso {
-			s += fmt.Sprintf(" (an open transaction holds the last stable offset at %d; records %d..%d are uncommitted)",
-				lso, lso, st.bounds.End-1)
-			if txnPart == nil {
-				txnPart = st
-			}
+		if txnPart == nil {
+			txnPart = st
 		}
-		parts = append(parts, s)
-	}
-	sort.Strings(parts)
+		return fmt.Sprintf(" (an open transaction holds the last stable offset at %d; records %d..%d are uncommitted)",
+			lso, lso, st.bounds.End-1)
+	})
 	detail := fmt.Sprintf("no progress for %s: %s", r.c.StallTimeout, strings.Join(parts, "; "))
 	e := &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrStalled, Detail: detail, Err: r.lastErr}
 	if txnPart != nil {
@@ -323,9 +365,69 @@ func (r *reader) stallError(ctx context.Context) error {
 	}
 	if r.lastErr != nil && classify(r.lastErr) == ErrUnavailable {
 		e.Kind = ErrUnavailable
-		e.Detail = "kafka unavailable during the read, " + detail
+		e.Detail = fmt.Sprintf("Kafka unavailable during the read (brokers %s), %s", brokersOf(r.c), detail)
 	}
 	return e
+}
+
+// positions describes each unfinished partition, sorted, with note's text
+// appended when note is set.
+func (r *reader) positions(note func(*partState) string) []string {
+	var parts []string
+	for _, st := range r.order {
+		if st.done {
+			continue
+		}
+		s := fmt.Sprintf("partition %d at %d of high mark %d", st.bounds.Partition, st.pos, st.bounds.End)
+		if note != nil {
+			s += note(st)
+		}
+		parts = append(parts, s)
+	}
+	sort.Strings(parts)
+	return parts
+}
+
+// topicGone asks metadata, once, whether the topic still exists; false when
+// metadata cannot answer (that is the stall's or the caller's to report).
+func (r *reader) topicGone(ctx context.Context) bool {
+	_, err := describe(ctx, r.cl.admin, r.c.Topic, min(r.c.StallTimeout, 5*time.Second))
+	return err != nil && errors.Is(err, ErrTopicNotFound)
+}
+
+func (r *reader) topicDeletedError(cause error) *Error {
+	return &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted, Err: cause,
+		Detail: fmt.Sprintf("topic deleted: %q was deleted while the replay read it (%s)",
+			r.c.Topic, strings.Join(r.positions(nil), "; "))}
+}
+
+// addedPartitions reports, as a warning, partitions that metadata lists now
+// but the replay did not capture at its start: the replay covers the
+// captured set only (its end marks were taken once). "" when there are none
+// or metadata cannot say.
+func (r *reader) addedPartitions(ctx context.Context) string {
+	now, err := describe(ctx, r.cl.admin, r.c.Topic, min(r.c.StallTimeout, 5*time.Second))
+	if len(now) == 0 {
+		r.c.Log.Debug().Err(err).Str("topic", r.c.Topic).Msg("could not check for partitions added during the replay")
+		return ""
+	}
+	captured := make(map[int32]bool, len(r.plan.Partitions))
+	var have []int32
+	for _, pb := range r.plan.Partitions {
+		captured[pb.Partition] = true
+		have = append(have, pb.Partition)
+	}
+	var added []int32
+	for _, pb := range now {
+		if !captured[pb.Partition] {
+			added = append(added, pb.Partition)
+		}
+	}
+	if len(added) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("partitions %s were added to topic %s during the replay; it covers only the partitions %s captured at its start: rebuild again to include the new ones",
+		PartitionSet(added), r.c.Topic, PartitionSet(have))
 }
 
 func (r *reader) snapshot() Progress {

@@ -35,11 +35,7 @@ func toRec(r fold.Record) rec {
 
 func newTopic(t *testing.T, partitions int32) string {
 	t.Helper()
-	topic := strings.ReplaceAll(t.Name(), "/", "-")
-	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
-		t.Fatal(err)
-	}
-	return topic
+	return uniqueTopic(t, broker, partitions)
 }
 
 func cfg(t *testing.T, topic string) Config {
@@ -235,7 +231,7 @@ func TestTransactionsCommitMarkerLastAndAborted(t *testing.T) {
 	plain := produce(t, topic, []localkafka.Record{kv(0, "a", "1"), kv(1, "x", "1")})
 	// Aborted records in partition 1, then a committed transaction whose
 	// commit marker is the last offset of partitions 0 and 1.
-	ab, err := broker.BeginTxn(ctx, topic, t.Name()+"-abort")
+	ab, err := broker.BeginTxn(ctx, topic, topic+"-abort")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +241,7 @@ func TestTransactionsCommitMarkerLastAndAborted(t *testing.T) {
 	if err := ab.End(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := broker.BeginTxn(ctx, topic, t.Name()+"-commit")
+	tx, err := broker.BeginTxn(ctx, topic, topic+"-commit")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +280,7 @@ func TestOpenTransaction(t *testing.T) {
 	setup := func(t *testing.T) (string, []rec, *localkafka.Txn, []localkafka.Record) {
 		topic := newTopic(t, 2)
 		before := produce(t, topic, []localkafka.Record{kv(0, "a", "1"), kv(1, "b", "1")})
-		tx, err := broker.BeginTxn(ctx, topic, t.Name())
+		tx, err := broker.BeginTxn(ctx, topic, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,10 +402,8 @@ func TestRecordsDeletedUnderTheReplay(t *testing.T) {
 	}
 	// One record per produce request, so one record per batch: fetches can
 	// then be kept small.
-	for i := 0; i < len(in); i += 500 {
-		for _, r := range in[i : i+500] {
-			produce(t, topic, []localkafka.Record{r})
-		}
+	if _, err := broker.ProduceEach(context.Background(), topic, in); err != nil {
+		t.Fatal(err)
 	}
 	c := cfg(t, topic)
 	c.BatchRecords = 1
@@ -467,7 +461,7 @@ func TestUnreachableBroker(t *testing.T) {
 }
 
 func TestCompactionGaps(t *testing.T) {
-	topic := strings.ReplaceAll(t.Name(), "/", "-")
+	topic := fmt.Sprintf("%s-%d-%s", t.Name(), topicSeq.Add(1), randomHex(3))
 	if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func exitCode(err error) int {
 	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
 		return exitIncomplete
 	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound),
-		errors.Is(err, copier.ErrUnauthorized):
+		errors.Is(err, copier.ErrUnauthorized), errors.Is(err, replay.ErrTopicDeleted):
 		return exitUnavailable
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
 		errors.Is(err, context.Canceled):
@@ -73,10 +73,12 @@ func hint(err error) string {
 	case errors.Is(err, store.ErrCorrupt):
 		p := corruptPath(err)
 		return fmt.Sprintf("kmaterialize check --db %s lists every problem; to start over and keep the damaged file: kmaterialize rebuild --db %s --replace-corrupt ...", p, p)
+	case errors.Is(err, replay.ErrTopicDeleted):
+		return "find out who deleted the topic; the previous table is kept until a rebuild of a recreated topic succeeds"
 	case errors.Is(err, replay.ErrTopicNotFound):
 		return "kmaterialize describe --brokers HOST:PORT --topic TOPIC, and check the topic name"
 	case errors.Is(err, replay.ErrUnavailable):
-		return "check --brokers (or KMATERIALIZE_BROKERS) and the security settings passed with -X"
+		return "check that the brokers are up and reachable (--brokers or KMATERIALIZE_BROKERS) and the security settings passed with -X, then rerun"
 	case errors.Is(err, replay.ErrOpenTransaction):
 		return "wait for the producer's transaction to finish, or rebuild with --end stable"
 	case errors.Is(err, replay.ErrStalled):

@@ -290,7 +290,9 @@ type tableJSON struct {
 	Records    int64  `json:"records"`
 	Skipped    int64  `json:"skipped"`
 	EndMark    string `json:"end_mark"`
-	Partitions []struct {
+	// PartitionSet is the partitions the table covers, e.g. "0-2".
+	PartitionSet string `json:"partition_set"`
+	Partitions   []struct {
 		Partition             int32
 		Low, Start, High, End int64
 	} `json:"partitions"`

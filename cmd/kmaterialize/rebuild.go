@@ -41,6 +41,11 @@ without a usable identity or group) exits 3 naming its partition and offset,
 unless --on-bad-record skip, which leaves it out and counts it by reason
 (see kmaterialize tables).
 
+Transient broker errors (a leader election, a broker restarting) are retried
+for up to --stall-timeout. Brokers that stay unreachable, or the topic deleted
+during the read, exit 5. Partitions added during the read are not read (a
+warning names them); ` + "`kmaterialize tables`" + ` shows the partitions a table covers.
+
 A corrupt database (see kmaterialize check) stops the rebuild with exit 1;
 --replace-corrupt moves it aside to FILE.corrupt-<UTC time> instead, says
 where in the log, and builds a fresh database with this table only.

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -24,7 +25,8 @@ func tablesCommand() *cli.Command {
 		UsageText: "kmaterialize tables --db FILE [--format text|json]",
 		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
 how long it took, records read and skipped (by reason: null_key, empty_key,
-key_too_large, undecodable, unknown_group), and per partition the start
+key_too_large, undecodable, unknown_group), the partitions it covers (those
+captured when its rebuild started), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
 position reached.
 
@@ -61,8 +63,11 @@ Examples:
 
 type tableInfo struct {
 	store.TableMeta
-	EndMark    string                 `json:"end_mark"`
-	Partitions []checkpoint.Partition `json:"partitions"`
+	EndMark string `json:"end_mark"`
+	// PartitionSet is the partitions the table covers ("0-2"): those
+	// captured when its rebuild started, whatever was added since.
+	PartitionSet string                 `json:"partition_set"`
+	Partitions   []checkpoint.Partition `json:"partitions"`
 }
 
 func loadTables(db *store.DB) ([]tableInfo, error) {
@@ -77,7 +82,11 @@ func loadTables(db *store.DB) ([]tableInfo, error) {
 			if err != nil {
 				return fmt.Errorf("checkpoint of table %q: %w", m.Name, err)
 			}
-			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, Partitions: cp.Partitions})
+			ps := make([]int32, len(cp.Partitions))
+			for i, p := range cp.Partitions {
+				ps[i] = p.Partition
+			}
+			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions})
 		}
 		return nil
 	})
@@ -110,6 +119,7 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		for _, k := range keys {
 			fmt.Fprintf(tw, "  %s:\t%d\n", strings.ReplaceAll(k, "_", " "), t.Extra[k])
 		}
+		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", t.PartitionSet, len(t.Partitions))
 		fmt.Fprintf(tw, "  end mark:\t%s\n", t.EndMark)
 		fmt.Fprintf(tw, "  partition\tlow\tstart\tend mark\treached\n")
 		for _, p := range t.Partitions {
