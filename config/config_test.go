@@ -242,8 +242,8 @@ func TestRemoteListenAllowed(t *testing.T) {
 
 func TestCheckSchedule(t *testing.T) {
 	for s, ok := range map[string]bool{
-		"": true, "@every 10m": true, "@every 1h30m": true, "*/5 * * * *": true, "0 3 * * 1-5": true, "@hourly": true,
-		"@every 0s": false, "@every 500ms": false, "@every": false, "every 10m": false, "* * * *": false,
+		"": true, "@every 10m": true, "@every 1h30m": true, "@every 500ms": true, "*/5 * * * *": true, "0 3 * * 1-5": true,
+		"@hourly": false, "@every 0s": false, "@every -1m": false, "@every": false, "every 10m": false, "* * * *": false,
 		"0 */5 * * * *": false, "61 * * * *": false, " @every 1m": false,
 	} {
 		if err := config.CheckSchedule(s); (err == nil) != ok {

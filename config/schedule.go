@@ -9,12 +9,11 @@ import (
 )
 
 // CheckSchedule checks a table's schedule: "" (unscheduled), "@every
-// DURATION" (a positive Go duration of at least a second), or a 5-field cron
-// expression (minute hour day-of-month month day-of-week, or a descriptor
-// such as @hourly). It parses with robfig/cron/v3's standard parser, the one
-// gocron's CronJob uses, so what passes here is what the daemon's
-// scheduler accepts. The one check of schedule syntax: the daemon uses it
-// too.
+// DURATION" (a positive Go duration), or a 5-field cron expression (minute
+// hour day-of-month month day-of-week) as robfig/cron/v3's standard parser
+// reads it, the parser gocron's CronJob uses. Descriptors such as @hourly
+// and a seconds field are refused: the daemon's scheduler takes these two
+// forms only, and this check must accept exactly what it accepts.
 func CheckSchedule(s string) error {
 	if s == "" {
 		return nil
@@ -27,13 +26,17 @@ func CheckSchedule(s string) error {
 		if err != nil {
 			return fmt.Errorf("schedule %q: %q is not a duration (e.g. 10m, 1h30m)", s, d)
 		}
-		if dur < time.Second {
-			return fmt.Errorf("schedule %q: the interval must be at least 1s", s)
+		if dur <= 0 {
+			return fmt.Errorf("schedule %q: the interval must be positive", s)
 		}
 		return nil
 	}
+	want := "want \"@every DURATION\" or 5 cron fields (minute hour day-of-month month day-of-week)"
+	if n := len(strings.Fields(s)); n != 5 {
+		return fmt.Errorf("schedule %q: %d fields; %s", s, n, want)
+	}
 	if _, err := cron.ParseStandard(s); err != nil {
-		return fmt.Errorf("schedule %q: %v; want \"@every DURATION\" or 5 cron fields (minute hour day-of-month month day-of-week)", s, err)
+		return fmt.Errorf("schedule %q: %v; %s", s, err, want)
 	}
 	return nil
 }

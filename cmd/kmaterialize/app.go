@@ -58,6 +58,8 @@ Try: kmaterialize demo`,
 			cmd.OnUsageError = app.OnUsageError
 		}
 		checkRequired(cmd)
+		// After checkRequired: the file's values count as given.
+		withConfig(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }

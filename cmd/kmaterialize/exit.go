@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -29,7 +30,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty):
+	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
+		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
@@ -60,6 +62,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.Is(err, config.ErrInvalid):
+		return "fix the config file at the line named"
 	case errors.Is(err, replay.ErrBadProperty):
 		return "check the -X property's name and value against librdkafka's CONFIGURATION.md"
 	case errors.Is(err, copier.ErrUnauthorized):

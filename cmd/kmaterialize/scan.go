@@ -33,7 +33,7 @@ Examples:
   $ kmaterialize scan --db balances.db --table account-balances
   $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "prefix", Usage: "only keys starting with `PREFIX`"},
 			&cli.IntFlag{Name: "limit", Usage: "at most `N` rows (0: all)"},
