@@ -52,9 +52,17 @@ func (s *Server) nextRun(table string) *time.Time {
 // and errors at theirs).
 type gocronLogger struct{ log zerolog.Logger }
 
-func (l gocronLogger) Debug(msg string, args ...any) { l.log.Debug().Fields(args).Msg("scheduler: " + msg) }
-func (l gocronLogger) Info(msg string, args ...any)  { l.log.Debug().Fields(args).Msg("scheduler: " + msg) }
-func (l gocronLogger) Warn(msg string, args ...any)  { l.log.Warn().Fields(args).Msg("scheduler: " + msg) }
-func (l gocronLogger) Error(msg string, args ...any) { l.log.Error().Fields(args).Msg("scheduler: " + msg) }
+func (l gocronLogger) Debug(msg string, args ...any) {
+	l.log.Debug().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Info(msg string, args ...any) {
+	l.log.Debug().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Warn(msg string, args ...any) {
+	l.log.Warn().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Error(msg string, args ...any) {
+	l.log.Error().Fields(args).Msg("scheduler: " + msg)
+}
 
 func sortStrings(s []string) { sort.Strings(s) }
