@@ -153,12 +153,7 @@ func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
 		io.WriteString(w, ": ")
 		w.Write(vj)
 	case "jsonl":
-		line, _ := json.Marshal(struct {
-			Key   string `json:"key"`
-			Value string `json:"value"`
-		}{ks, vs})
-		w.Write(line)
-		io.WriteString(w, "\n")
+		w.Write(snapshot.JSONLine(ks, vs))
 	case "tsv":
 		fmt.Fprintf(w, "%s\t%s\n", ks, vs)
 	}
