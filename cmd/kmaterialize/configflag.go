@@ -42,7 +42,8 @@ the file.`
 // work. It is the one place where the file's values become flag values, so
 // the commands read --db, --brokers, --topic as they always did.
 func withConfig(cmd *cli.Command) {
-	if cmd.Action == nil || !hasFlag(cmd, "config") {
+	// serve reads the file itself, at start and again on SIGHUP.
+	if cmd.Action == nil || !hasFlag(cmd, "config") || cmd.Name == "serve" {
 		return
 	}
 	cmd.Description += "\n" + configHelp

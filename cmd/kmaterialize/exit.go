@@ -10,6 +10,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/serve"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -31,7 +32,8 @@ func exitCode(err error) int {
 	case err == nil:
 		return exitOK
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
-		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec):
+		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
+		errors.As(err, new(*serve.ConfigError)):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
@@ -62,6 +64,8 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.As(err, new(*serve.ConfigError)):
+		return "fix the value in the config file (kmaterialize serve --help shows the format)"
 	case errors.Is(err, config.ErrInvalid):
 		return "fix the config file at the line named"
 	case errors.Is(err, replay.ErrBadProperty):
