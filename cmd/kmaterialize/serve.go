@@ -98,6 +98,11 @@ func runServe(c *cli.Context) error {
 	if path == "" {
 		return &usageError{msg: "serve needs a config file", hint: "kmaterialize serve --config /etc/kmaterialize/kmaterialize.yaml (or export " + configEnv + ")"}
 	}
+	// From here on a SIGHUP (a reload sent early) must not kill the
+	// process, which is SIGHUP's default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log, err := newLogger(c)
 	if err != nil {
 		return err
@@ -119,9 +124,6 @@ func runServe(c *cli.Context) error {
 		Object("kafka_properties", cfg.Kafka.Properties).Msg("config loaded")
 
 	// SIGHUP reloads; the goroutine ends when Run has returned.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	reloaded := make(chan struct{})
