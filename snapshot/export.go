@@ -48,90 +48,117 @@ type header struct {
 // it before anything is written to w.
 func Write(db *store.DB, table string, w io.Writer, opts Options) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	err := db.ReadTable(table, func(s *store.Snapshot) error {
-		cp, _, err := checkpoint.Load(s.Tx, table)
-		if err != nil {
-			return fmt.Errorf("checkpoint of table %q: %w", table, err)
-		}
-		h := header{
-			Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
-			Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
-			Partitions: cp.Partitions,
-			Totals: map[string]int64{
-				"records_read":    s.Meta.Records,
-				"records_skipped": s.Meta.Skipped,
-				"keys":            s.Meta.Keys,
-			},
-		}
-		if h.Params == nil {
-			h.Params = map[string]string{}
-		}
-		if h.Partitions == nil {
-			h.Partitions = []checkpoint.Partition{}
-		}
-		for k, v := range s.Meta.Extra {
-			h.Totals[k] = v
-		}
-		if opts.Base64 {
-			h.Encoding = "base64"
-		}
-		// A key or value that cannot be shown fails the export before its
-		// first byte: a half-written document on stdout would look
-		// complete to the next program in a pipe. The check reads the same
-		// snapshot the rows are then written from.
-		if !opts.Base64 {
-			if err := s.Rows(nil, 0, func(k, v []byte) error {
-				if _, err := Text(k, k, "key", false); err != nil {
-					return err
-				}
-				_, err := Text(k, v, "value", false)
-				return err
-			}); err != nil {
-				return err
-			}
-		}
-		hb, err := json.MarshalIndent(h, "", "  ")
-		if err != nil {
-			return err
-		}
-		// Splice the rows in as the last member of the object.
-		bw.Write(hb[:len(hb)-2])
-		io.WriteString(bw, ",\n  \"rows\": {")
-		n := 0
-		err = s.Rows(nil, 0, func(k, v []byte) error {
-			ks, err := Text(k, k, "key", opts.Base64)
-			if err != nil {
-				return err
-			}
-			vs, err := Text(k, v, "value", opts.Base64)
-			if err != nil {
-				return err
-			}
-			kj, _ := json.Marshal(ks)
-			vj, _ := json.Marshal(vs)
-			if n > 0 {
-				bw.WriteByte(',')
-			}
-			io.WriteString(bw, "\n    ")
-			bw.Write(kj)
-			io.WriteString(bw, ": ")
-			bw.Write(vj)
-			n++
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			io.WriteString(bw, "\n  ")
-		}
-		io.WriteString(bw, "}\n}\n")
-		return nil
-	})
+	err := db.ReadTable(table, func(s *store.Snapshot) error { return write(s, bw, opts) })
 	if err != nil {
 		return fmt.Errorf("export table %q: %w", table, err)
 	}
 	return bw.Flush()
+}
+
+// WriteSnapshot writes the table of s as one JSON document to w, as Write
+// does, for a caller that holds the read transaction itself (the daemon,
+// which names the generation that answered). Everything is written and
+// flushed before it returns; an error before the first byte (a key or value
+// that is not valid UTF-8 without Options.Base64) leaves w untouched.
+func WriteSnapshot(s *store.Snapshot, w io.Writer, opts Options) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := write(s, bw, opts); err != nil {
+		return fmt.Errorf("export table %q: %w", s.Meta.Name, err)
+	}
+	return bw.Flush()
+}
+
+func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
+	table := s.Meta.Name
+	cp, _, err := checkpoint.Load(s.Tx, table)
+	if err != nil {
+		return fmt.Errorf("checkpoint of table %q: %w", table, err)
+	}
+	h := header{
+		Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
+		Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
+		Partitions: cp.Partitions,
+		Totals: map[string]int64{
+			"records_read":    s.Meta.Records,
+			"records_skipped": s.Meta.Skipped,
+			"keys":            s.Meta.Keys,
+		},
+	}
+	if h.Params == nil {
+		h.Params = map[string]string{}
+	}
+	if h.Partitions == nil {
+		h.Partitions = []checkpoint.Partition{}
+	}
+	for k, v := range s.Meta.Extra {
+		h.Totals[k] = v
+	}
+	if opts.Base64 {
+		h.Encoding = "base64"
+	}
+	// A key or value that cannot be shown fails the export before its
+	// first byte: a half-written document on stdout would look
+	// complete to the next program in a pipe. The check reads the same
+	// snapshot the rows are then written from.
+	if !opts.Base64 {
+		if err := s.Rows(nil, 0, func(k, v []byte) error {
+			if _, err := Text(k, k, "key", false); err != nil {
+				return err
+			}
+			_, err := Text(k, v, "value", false)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	hb, err := json.MarshalIndent(h, "", "  ")
+	if err != nil {
+		return err
+	}
+	// Splice the rows in as the last member of the object.
+	bw.Write(hb[:len(hb)-2])
+	io.WriteString(bw, ",\n  \"rows\": {")
+	n := 0
+	err = s.Rows(nil, 0, func(k, v []byte) error {
+		ks, err := Text(k, k, "key", opts.Base64)
+		if err != nil {
+			return err
+		}
+		vs, err := Text(k, v, "value", opts.Base64)
+		if err != nil {
+			return err
+		}
+		kj, _ := json.Marshal(ks)
+		vj, _ := json.Marshal(vs)
+		if n > 0 {
+			bw.WriteByte(',')
+		}
+		io.WriteString(bw, "\n    ")
+		bw.Write(kj)
+		io.WriteString(bw, ": ")
+		bw.Write(vj)
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		io.WriteString(bw, "\n  ")
+	}
+	io.WriteString(bw, "}\n}\n")
+	return nil
+}
+
+// JSONLine is one row as `scan --format jsonl` prints it and the daemon's
+// rows route sends it: {"key":K,"value":V} and a newline, where K and V are
+// the row's Text.
+func JSONLine(key, value string) []byte {
+	line, _ := json.Marshal(struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	}{key, value})
+	return append(line, '\n')
 }
 
 // Text is how kmaterialize shows a key or value (what says which, key names

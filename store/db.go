@@ -38,6 +38,10 @@ type Options struct {
 	// page may end the process (bbolt's freelist scan panics in a goroutine
 	// of its own).
 	PageCheck PageCheck
+	// Socket is the API socket of a daemon holding the file read-write,
+	// written into the holder record (Holder.Socket) so that a busy message
+	// names it and CLI commands can find the daemon. Empty for commands.
+	Socket string
 
 	// pageWalk opens only to walk the pages (CheckPages): a read-only open
 	// that scans the pages for the freelist as a read-write open does, and
@@ -184,7 +188,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 	default:
 		// Without a record (a directory this process may not write to),
 		// the database still opens; busy messages then name no holder.
-		h := Holder{PID: os.Getpid(), Command: o.Command, Since: time.Now().UTC().Truncate(time.Second)}
+		h := Holder{PID: os.Getpid(), Command: o.Command, Socket: o.Socket, Since: time.Now().UTC().Truncate(time.Second)}
 		if writeHolder(path, h) == nil {
 			db.holder = &h
 		}

@@ -26,11 +26,13 @@ type Holder struct {
 	Command string `json:"command"`
 	// Since is when it took the lock.
 	Since time.Time `json:"since"`
-	// Socket is the daemon's API socket; empty until a daemon exists.
+	// Socket is the daemon's API socket (Options.Socket); empty for a
+	// holder that is not a daemon.
 	Socket string `json:"socket"`
 }
 
-// String is "pid 1234 (kmaterialize rebuild ...), since 10:22:01".
+// String is "pid 1234 (kmaterialize rebuild ...), since 10:22:01", with
+// ", socket /run/x.sock" appended when the holder is a daemon.
 func (h *Holder) String() string {
 	since := h.Since.Local()
 	layout := "15:04:05"
@@ -41,7 +43,11 @@ func (h *Holder) String() string {
 	if cmd == "" {
 		cmd = "command unknown"
 	}
-	return fmt.Sprintf("pid %d (%s), since %s", h.PID, cmd, since.Format(layout))
+	s := fmt.Sprintf("pid %d (%s), since %s", h.PID, cmd, since.Format(layout))
+	if h.Socket != "" {
+		s += ", socket " + h.Socket
+	}
+	return s
 }
 
 // HolderPath is where the holder record of the database at path lives.

@@ -240,3 +240,29 @@ func openFDs(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// TestHolderRecordCarriesSocket: a daemon's read-write open writes its socket
+// into the holder record (read back as JSON, independently of ReadHolder),
+// and a second open's busy error names it.
+func TestHolderRecordCarriesSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.db")
+	sock := filepath.Join(t.TempDir(), "daemon.sock")
+	db, err := store.Open(path, &store.Options{Command: "kmaterialize serve", Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if rec := readRecord(t, path); rec["socket"] != sock || rec["pid"] != float64(os.Getpid()) {
+		t.Fatalf("holder record %v: want socket %q and pid %d", rec, sock, os.Getpid())
+	}
+	// A second open file description in this process conflicts with the
+	// first one's flock as another process's would.
+	_, err = store.Open(path, &store.Options{LockTimeout: -1})
+	var le *store.LockedError
+	if !errors.As(err, &le) || le.Holder == nil || le.Holder.Socket != sock {
+		t.Fatalf("second open: %v (holder %+v), want a *LockedError naming socket %s", err, le, sock)
+	}
+	if !strings.Contains(err.Error(), "socket "+sock) {
+		t.Fatalf("message %q does not name the socket %s", err, sock)
+	}
+}

@@ -212,3 +212,77 @@ func TestGetReturnsCopy(t *testing.T) {
 		t.Errorf("copy not modifiable")
 	}
 }
+
+// TestRowsAfterPagesLikeOracle pages through a table with RowsAfter, with and
+// without a prefix and with an after key that is absent, present, below and
+// above the prefix, and compares each page with the oracle's sorted keys.
+func TestRowsAfterPagesLikeOracle(t *testing.T) {
+	db := openTemp(t)
+	o := oracle{}
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeOps(t, g, o, randomOps(t, uint64(time.Now().UnixNano()), 2000), 500)
+	if err := g.Publish(TableMeta{Topic: "x", Fold: "latest"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// want is the oracle's answer: keys with prefix, above after, at most limit.
+	want := func(prefix, after string, limit int) []string {
+		var out []string
+		for _, k := range o.sortedKeys(prefix) {
+			if after != "" && k <= after {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				break
+			}
+			out = append(out, k)
+		}
+		return out
+	}
+	got := func(prefix, after string, limit int) []string {
+		var out []string
+		err := db.ReadTable("t", func(s *Snapshot) error {
+			return s.RowsAfter([]byte(prefix), []byte(after), limit, func(k, v []byte) error {
+				if string(v) != o[string(k)] {
+					t.Errorf("row %q = %q, oracle %q", k, v, o[string(k)])
+				}
+				out = append(out, string(k))
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	keys := o.sortedKeys("")
+	if len(keys) < 10 {
+		t.Fatalf("only %d keys", len(keys))
+	}
+	for _, c := range []struct{ prefix, after string }{
+		{"", ""}, {"", keys[3]}, {"", keys[3] + "\x00"}, {"", "zzzz"},
+		{"a/", ""}, {"a/", "a/0100"}, {"a/", "a/"}, {"a/", "0"}, {"a/", "b"}, {"ab/", "a/0001"},
+	} {
+		for _, limit := range []int{0, 1, 7} {
+			if diff := cmp.Diff(want(c.prefix, c.after, limit), got(c.prefix, c.after, limit)); diff != "" {
+				t.Errorf("prefix %q after %q limit %d (-want +got):\n%s", c.prefix, c.after, limit, diff)
+			}
+		}
+	}
+	// Paging with the last key of each page visits every row once.
+	var all []string
+	after := ""
+	for {
+		page := got("", after, 13)
+		all = append(all, page...)
+		if len(page) < 13 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	if diff := cmp.Diff(keys, all); diff != "" {
+		t.Errorf("paged scan (-want +got):\n%s", diff)
+	}
+}

@@ -30,11 +30,24 @@ func (db *DB) ReadTable(table string, fn func(s *Snapshot) error) error {
 // Rows calls fn for each row in ascending key order, as Scan does, with the
 // same validity rules for k and v.
 func (s *Snapshot) Rows(prefix []byte, limit int, fn func(k, v []byte) error) error {
+	return s.RowsAfter(prefix, nil, limit, fn)
+}
+
+// RowsAfter is Rows resuming after a key: only rows whose key sorts above
+// after (nil or empty: from the first row) are passed to fn. The cursor seeks
+// to after, so a page deep into a large table costs no more than the first.
+func (s *Snapshot) RowsAfter(prefix, after []byte, limit int, fn func(k, v []byte) error) error {
 	c := s.rows.Cursor()
 	var k, v []byte
-	if len(prefix) == 0 {
+	switch {
+	case len(after) > 0 && bytes.Compare(after, prefix) >= 0:
+		k, v = c.Seek(after)
+		if k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	case len(prefix) == 0:
 		k, v = c.First()
-	} else {
+	default:
 		k, v = c.Seek(prefix)
 	}
 	for n := 0; k != nil; k, v = c.Next() {

@@ -43,6 +43,7 @@ Try: kmaterialize demo`,
 			describeCommand(),
 			copyCommand(),
 			verifyCommand(),
+			serveCommand(),
 			demoCommand(),
 			pageCheckCommand(),
 		},
@@ -58,6 +59,8 @@ Try: kmaterialize demo`,
 			cmd.OnUsageError = app.OnUsageError
 		}
 		checkRequired(cmd)
+		// After checkRequired: the file's values count as given.
+		withConfig(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }

@@ -32,7 +32,7 @@ Examples:
   $ kmaterialize check --db balances.db
   $ kmaterialize check --db balances.db --format json`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(), formatFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(), formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -54,16 +55,22 @@ func checkProps(brokers string, props map[string]string, kinds ...replay.ClientK
 	if len(props) == 0 {
 		return nil
 	}
-	return replay.CheckProps(brokers, props, kinds...)
+	// librdkafka's verdict names the property with its value: never a
+	// secret's.
+	return config.Scrub(replay.CheckProps(brokers, props, kinds...), props)
 }
 
 func stallFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this long (also bounds metadata requests)"}
 }
 
-// parseProps turns repeated -X key=value flags into a map.
+// parseProps turns repeated -X key=value flags into a map, on top of the
+// config file's properties (see configProps).
 func parseProps(c *cli.Context) (map[string]string, error) {
-	props := map[string]string{}
+	props := configProps(c)
+	if props == nil {
+		props = map[string]string{}
+	}
 	for _, kv := range c.StringSlice("X") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || strings.TrimSpace(k) == "" {

@@ -41,7 +41,7 @@ Examples:
   $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1 --max-records 500 --abort
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy`,
 		Flags: []cli.Flag{
-			brokersFlag(),
+			configFlag(), brokersFlag(),
 			&cli.StringFlag{Name: "from", Usage: "source `TOPIC`"},
 			&cli.StringFlag{Name: "to", Usage: "destination `TOPIC` (at least as many partitions as the source, unless --repartition)"},
 			&cli.StringFlag{Name: "group", Usage: "consumer `GROUP` whose committed offsets record the copy's progress"},
@@ -115,7 +115,7 @@ Examples:
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy --by value`,
 		Flags: []cli.Flag{
-			brokersFlag(),
+			configFlag(), brokersFlag(),
 			&cli.StringFlag{Name: "from", Usage: "source `TOPIC`"},
 			&cli.StringFlag{Name: "to", Usage: "destination `TOPIC`"},
 			&cli.StringFlag{Name: "by", Value: "record", Usage: "record (key, value and headers) or value"},

@@ -20,7 +20,7 @@ func describeCommand() *cli.Command {
 Examples:
   $ kmaterialize describe --brokers localhost:9092 --topic account-balances`,
 		Flags: []cli.Flag{
-			brokersFlag(), topicFlag(), propsFlag(), stallFlag(),
+			configFlag(), brokersFlag(), topicFlag(), propsFlag(), stallFlag(),
 			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {

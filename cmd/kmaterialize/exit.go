@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/serve"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -29,7 +31,9 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty):
+	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
+		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
+		errors.As(err, new(*serve.ConfigError)):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
@@ -60,6 +64,10 @@ func hint(err error) string {
 			return u.hint
 		}
 		return "kmaterialize help (or kmaterialize COMMAND --help)"
+	case errors.As(err, new(*serve.ConfigError)):
+		return "fix the value in the config file (kmaterialize serve --help shows the format)"
+	case errors.Is(err, config.ErrInvalid):
+		return "fix the config file at the line named"
 	case errors.Is(err, replay.ErrBadProperty):
 		return "check the -X property's name and value against librdkafka's CONFIGURATION.md"
 	case errors.Is(err, copier.ErrUnauthorized):

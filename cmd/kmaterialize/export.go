@@ -29,7 +29,7 @@ Examples:
   $ kmaterialize export --db votes.db --table studio-votes --out studio-votes.json
   $ kmaterialize export --db votes.db --table studio-votes | sha256sum`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "out", Usage: "write to `FILE` atomically instead of stdout"},
 			&cli.BoolFlag{Name: "base64", Usage: "encode keys and values in base64"},

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 func foldFlags() []cli.Flag {
@@ -21,51 +24,120 @@ func foldFlags() []cli.Flag {
 	}
 }
 
-// newFolder builds the fold the flags ask for.
-func newFolder(c *cli.Context, topic string) (fold.Folder, error) {
-	countOnly := []string{"identity-field", "group-field", "ignore-field", "catalog", "allow-unknown-groups"}
-	onBad, err := fold.ParseOnBadRecord(c.String("on-bad-record"))
-	if err != nil {
-		return nil, &usageError{msg: fmt.Sprintf("--on-bad-record %q: want fail or skip", c.String("on-bad-record")), hint: "--on-bad-record skip"}
+// countOnlyFlags apply to --fold count only.
+var countOnlyFlags = []string{"identity-field", "group-field", "ignore-field", "catalog", "allow-unknown-groups"}
+
+// specFlags maps a materialize.Spec field to the flag that sets it.
+var specFlags = map[string]string{
+	materialize.FieldTopic: "topic", materialize.FieldFold: "fold", materialize.FieldIdentityField: "identity-field",
+	materialize.FieldGroupField: "group-field", materialize.FieldIgnoreFields: "ignore-field",
+	materialize.FieldCatalog: "catalog", materialize.FieldAllowUnknownGroups: "allow-unknown-groups",
+	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
+}
+
+// tableSpec builds the table's definition from the rebuild flags. With
+// --config and a --table the file defines, the file's definition is the
+// base and only the flags given on the command line (or through their
+// environment variables) replace its fields; a --fold other than the
+// file's drops the file's fold fields with it.
+func tableSpec(c *cli.Context) (materialize.Spec, error) {
+	s, fromFile := configTable(c)
+	flag := func(name string) bool { return !fromFile || c.IsSet(name) }
+	s.Topic = c.String("topic")
+	s.Name = c.String("table")
+	if s.Name == "" {
+		s.Name = s.Topic
 	}
-	switch name := c.String("fold"); name {
-	case "latest":
-		for _, f := range countOnly {
+	if flag("on-bad-record") {
+		onBad, err := fold.ParseOnBadRecord(c.String("on-bad-record"))
+		if err != nil {
+			return s, &usageError{msg: fmt.Sprintf("--on-bad-record %q: want fail or skip", c.String("on-bad-record")), hint: "--on-bad-record skip"}
+		}
+		s.OnBadRecord = onBad
+	}
+	if flag("fold") {
+		if c.String("fold") != s.Fold {
+			s.IdentityField, s.GroupField, s.IgnoreFields, s.Catalog, s.AllowUnknownGroups = "", "", nil, nil, false
+		}
+		s.Fold = c.String("fold")
+	}
+	switch s.Fold {
+	case materialize.FoldLatest:
+		for _, f := range countOnlyFlags {
 			if c.IsSet(f) {
-				return nil, usageErrorf("--%s applies to --fold count only", f)
+				return s, usageErrorf("--%s applies to --fold count only", f)
 			}
 		}
-		return fold.NewLatestWith(fold.LatestConfig{Topic: topic, OnBadRecord: onBad}), nil
-	case "count":
-		cfg := fold.CountConfig{
-			Topic:              topic,
-			IdentityField:      c.String("identity-field"),
-			GroupField:         c.String("group-field"),
-			IgnoreFields:       c.StringSlice("ignore-field"),
-			AllowUnknownGroups: c.Bool("allow-unknown-groups"),
-			OnBadRecord:        onBad,
+	case materialize.FoldCount:
+		if flag("identity-field") {
+			s.IdentityField = c.String("identity-field")
 		}
-		if cfg.IdentityField == "" || cfg.GroupField == "" {
-			return nil, &usageError{msg: "--fold count needs --identity-field and --group-field",
+		if flag("group-field") {
+			s.GroupField = c.String("group-field")
+		}
+		if flag("ignore-field") {
+			s.IgnoreFields = c.StringSlice("ignore-field")
+		}
+		if flag("allow-unknown-groups") {
+			s.AllowUnknownGroups = c.Bool("allow-unknown-groups")
+		}
+		if s.IdentityField == "" || s.GroupField == "" {
+			return s, &usageError{msg: "--fold count needs --identity-field and --group-field",
 				hint: "--fold count --identity-field event_id --group-field booth --catalog booths.json"}
 		}
-		if path := c.String("catalog"); path != "" {
+		if path := c.String("catalog"); flag("catalog") && path != "" {
 			data, err := os.ReadFile(path)
 			if err != nil {
-				return nil, usageErrorf("--catalog: %v", err)
+				return s, usageErrorf("--catalog: %v", err)
 			}
 			cat, err := fold.ParseCatalog(data)
 			if err != nil {
-				return nil, usageErrorf("--catalog %s: %v", path, err)
+				return s, usageErrorf("--catalog %s: %v", path, err)
 			}
-			cfg.Catalog = cat
+			s.Catalog = cat
 		}
-		f, err := fold.NewCount(cfg)
-		if err != nil {
-			return nil, usageErrorf("--fold count: %v", err)
-		}
-		return f, nil
 	default:
-		return nil, usageErrorf("--fold %q: want latest or count", name)
+		return s, usageErrorf("--fold %q: want latest or count", s.Fold)
 	}
+	if _, err := s.NewFolder(); err != nil {
+		return s, specUsage(err)
+	}
+	if flag("stall-timeout") {
+		stall, err := stallTimeout(c)
+		if err != nil {
+			return s, err
+		}
+		s.StallTimeout = stall
+	}
+	if flag("end") {
+		switch end := c.String("end"); end {
+		case "high":
+			s.End = replay.EndHigh
+		case "stable":
+			s.End = replay.EndStable
+		default:
+			return s, usageErrorf("--end %q: want high or stable", end)
+		}
+	}
+	if flag("allow-empty") {
+		s.AllowEmpty = c.Bool("allow-empty")
+	}
+	if err := s.Validate(); err != nil {
+		return s, specUsage(err)
+	}
+	return s, nil
+}
+
+// specUsage words a *materialize.SpecError with the flag's name, e.g.
+// "--fold count: count fold: the group field "booth" cannot be ignored".
+func specUsage(err error) error {
+	var se *materialize.SpecError
+	if !errors.As(err, &se) {
+		return err
+	}
+	msg := "--" + specFlags[se.Field]
+	if se.Value != "" {
+		msg += " " + se.Value
+	}
+	return &usageError{msg: msg + ": " + se.Reason}
 }

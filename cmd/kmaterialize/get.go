@@ -18,9 +18,10 @@ the key (or the table) is absent. The value's bytes are printed as they are;
 
 Examples:
   $ kmaterialize get --db balances.db --table account-balances acct-42
-  $ kmaterialize get --db balances.db --table account-balances --base64 acct-42`,
+  $ kmaterialize get --db balances.db --table account-balances --base64 acct-42
+  $ kmaterialize get --config /etc/kmaterialize.yaml --table balances acct-42`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.BoolFlag{Name: "base64", Usage: "print the value base64-encoded"},
 		},

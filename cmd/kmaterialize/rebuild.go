@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -19,7 +18,7 @@ func rebuildCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "rebuild",
 		Usage:     "replay a topic up to its current end and publish a fresh table",
-		UsageText: "kmaterialize rebuild --brokers HOST:PORT --topic TOPIC --db FILE [options]",
+		UsageText: "kmaterialize rebuild --brokers HOST:PORT --topic TOPIC --db FILE [options]\n   kmaterialize rebuild --config FILE --table NAME [options]",
 		Description: `Replays every partition of TOPIC from its earliest retained offset (or from
 --from-offsets / --from-timestamp) up to the end offsets captured once at the
 start, folds the records into a new generation of the table and publishes it
@@ -57,10 +56,12 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-timestamp 2026-11-29T10:00:00Z
   $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
       --fold count --identity-field event_id --group-field booth --catalog booths.json
+  $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
+  $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances --end stable --db /tmp/try.db
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
 		Flags: append([]cli.Flag{
-			brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(),
+			configFlag(), brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(),
 			&cli.BoolFlag{Name: "replace-corrupt", Usage: "if the database is corrupt, move it aside to FILE.corrupt-<UTC time> and build a fresh one"},
 			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
 			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
@@ -81,14 +82,14 @@ Examples:
 }
 
 type rebuildOptions struct {
-	folder         fold.Folder
-	table          string
+	// spec is the table's definition, from the flags and the config file.
+	spec           materialize.Spec
 	dbPath         string
 	replaceCorrupt bool
-	cfg            replay.Config
+	brokers        string
+	props          map[string]string
+	start          replay.Start
 	interval       time.Duration
-	// allowEmpty lets an empty table replace a non-empty one.
-	allowEmpty bool
 }
 
 func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
@@ -103,26 +104,10 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &rebuildOptions{table: c.String("table"), dbPath: c.String("db"), interval: c.Duration("progress-interval"),
-		allowEmpty: c.Bool("allow-empty"), replaceCorrupt: c.Bool("replace-corrupt")}
-	if o.table == "" {
-		o.table = c.String("topic")
-	}
-	if o.folder, err = newFolder(c, c.String("topic")); err != nil {
+	o := &rebuildOptions{dbPath: c.String("db"), interval: c.Duration("progress-interval"),
+		replaceCorrupt: c.Bool("replace-corrupt"), brokers: b, props: props}
+	if o.spec, err = tableSpec(c); err != nil {
 		return nil, err
-	}
-	stall, err := stallTimeout(c)
-	if err != nil {
-		return nil, err
-	}
-	o.cfg = replay.Config{Brokers: b, Topic: c.String("topic"), Props: props, StallTimeout: stall}
-	switch end := c.String("end"); end {
-	case "high":
-		o.cfg.End = replay.EndHigh
-	case "stable":
-		o.cfg.End = replay.EndStable
-	default:
-		return nil, usageErrorf("--end %q: want high or stable", end)
 	}
 	if c.IsSet("from-offsets") && c.IsSet("from-timestamp") {
 		return nil, usageErrorf("--from-offsets and --from-timestamp are exclusive")
@@ -132,14 +117,14 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		if err != nil {
 			return nil, err
 		}
-		o.cfg.Start.Offsets = offs
+		o.start.Offsets = offs
 	}
 	if s := c.String("from-timestamp"); c.IsSet("from-timestamp") {
 		ts, err := parseTimestamp(s)
 		if err != nil {
 			return nil, err
 		}
-		o.cfg.Start.Timestamp = ts
+		o.start.Timestamp = ts
 	}
 	if err := checkProps(b, props, replay.ConsumerClient); err != nil {
 		return nil, err
@@ -209,8 +194,9 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	table := o.spec.TableName()
 	// The holder record says what holds the file; no secrets (-X) in it.
-	holder := fmt.Sprintf("kmaterialize rebuild --db %s --table %s", o.dbPath, o.table)
+	holder := fmt.Sprintf("kmaterialize rebuild --db %s --table %s", o.dbPath, table)
 	db, err := openWrite(c, o.dbPath, holder)
 	if errors.Is(err, store.ErrCorrupt) && o.replaceCorrupt {
 		aside, merr := store.MoveAside(o.dbPath, lockTimeout(c), time.Now())
@@ -231,16 +217,19 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	if n := db.Cleaned(); n > 0 {
 		log.Warn().Int("generations", n).Str("db", o.dbPath).Msg("removed unpublished generations left by an interrupted rebuild")
 	}
-	o.cfg.Log = log
+	opts, err := o.spec.Options(db, o.brokers, o.props, log)
+	if err != nil {
+		return specUsage(err)
+	}
+	opts.Replay.Start = o.start
 	prog := newProgress(stderrOf(c), log, o.interval)
-	o.cfg.Progress = prog.update
-	o.cfg.ProgressInterval = prog.tick()
-	log.Info().Str(keyTopic, o.cfg.Topic).Str(keyTable, o.table).Str("db", o.dbPath).Str("end", string(o.cfg.End)).Msg("rebuild started")
-	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Table: o.table, Replay: o.cfg, Fold: o.folder,
-		AllowEmpty: o.allowEmpty, Log: log})
+	opts.Replay.Progress = prog.update
+	opts.Replay.ProgressInterval = prog.tick()
+	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
+	rep, err := materialize.Rebuild(c.Context, opts)
 	prog.finish()
 	if err != nil {
-		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", o.table, o.cfg.Topic, err)
+		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}
 	m := rep.Meta
 	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped%s, in %s\n",

@@ -33,7 +33,7 @@ Examples:
   $ kmaterialize scan --db balances.db --table account-balances
   $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "prefix", Usage: "only keys starting with `PREFIX`"},
 			&cli.IntFlag{Name: "limit", Usage: "at most `N` rows (0: all)"},
@@ -153,12 +153,7 @@ func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
 		io.WriteString(w, ": ")
 		w.Write(vj)
 	case "jsonl":
-		line, _ := json.Marshal(struct {
-			Key   string `json:"key"`
-			Value string `json:"value"`
-		}{ks, vs})
-		w.Write(line)
-		io.WriteString(w, "\n")
+		w.Write(snapshot.JSONLine(ks, vs))
 	case "tsv":
 		fmt.Fprintf(w, "%s\t%s\n", ks, vs)
 	}

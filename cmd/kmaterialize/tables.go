@@ -34,7 +34,7 @@ Examples:
   $ kmaterialize tables --db balances.db
   $ kmaterialize tables --db balances.db --format json`,
 		Flags: []cli.Flag{
-			dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(),
 			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {

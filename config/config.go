@@ -1,0 +1,514 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/replay"
+)
+
+// DefaultSocketMode is the socket's file mode when socket_mode is not set:
+// only the daemon's own user may read and trigger runs.
+const DefaultSocketMode os.FileMode = 0o600
+
+// Config is a loaded, checked config file. Paths are absolute or relative
+// to the working directory (already resolved against the file's
+// directory).
+type Config struct {
+	Path        string      // the file it was loaded from
+	DB          string      // "" when the file names none
+	Socket      string      // default DB + ".sock"
+	SocketMode  os.FileMode // default DefaultSocketMode
+	SocketGroup string      // "" = the process's group
+	Listen      string      // optional TCP address
+	AllowRemote bool
+	AdminToken  Secret
+	Kafka       Kafka
+	Tables      []Table // in file order
+}
+
+// Kafka is the connection every table's replay uses.
+type Kafka struct {
+	Brokers    string
+	Properties Properties // ${NAME} already expanded
+}
+
+// Table is one table of the file: its definition and its schedule.
+type Table struct {
+	Spec     materialize.Spec
+	Schedule string // "" unscheduled; checked by CheckSchedule
+	// Catalog is the catalog file as resolved (""  without one); its
+	// contents are in Spec.Catalog.
+	Catalog string
+	Line    int // where the table starts in the file
+}
+
+// file is the YAML document. Every field of the format is here: the
+// decoder refuses any other (KnownFields).
+type file struct {
+	DB          string      `yaml:"db"`
+	Socket      string      `yaml:"socket"`
+	SocketMode  string      `yaml:"socket_mode"`
+	SocketGroup string      `yaml:"socket_group"`
+	Listen      string      `yaml:"listen"`
+	AllowRemote bool        `yaml:"allow_remote"`
+	AdminToken  string      `yaml:"admin_token"`
+	Kafka       fileKafka   `yaml:"kafka"`
+	Tables      []fileTable `yaml:"tables"`
+}
+
+type fileKafka struct {
+	Brokers    string            `yaml:"brokers"`
+	Properties map[string]string `yaml:"properties"`
+}
+
+type fileTable struct {
+	Name               string   `yaml:"name"`
+	Topic              string   `yaml:"topic"`
+	Fold               string   `yaml:"fold"`
+	Schedule           string   `yaml:"schedule"`
+	End                string   `yaml:"end"`
+	StallTimeout       string   `yaml:"stall_timeout"`
+	IdentityField      string   `yaml:"identity_field"`
+	GroupField         string   `yaml:"group_field"`
+	IgnoreFields       []string `yaml:"ignore_fields"`
+	Catalog            string   `yaml:"catalog"`
+	AllowUnknownGroups bool     `yaml:"allow_unknown_groups"`
+	OnBadRecord        string   `yaml:"on_bad_record"`
+	AllowEmpty         bool     `yaml:"allow_empty"`
+}
+
+// Load reads and checks the config file at path, expanding ${NAME} in
+// Kafka properties and the admin token from the process's environment.
+// Every problem is an *Error (ErrInvalid).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{Path: path, Msg: err.Error(), Err: err}
+	}
+	return Parse(data, ParseOptions{Path: path})
+}
+
+// ParseOptions say where a config's bytes came from.
+type ParseOptions struct {
+	// Path is the file's name, for messages and as the base of relative
+	// paths (its directory).
+	Path string
+	// LookupEnv expands ${NAME}; default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Parse checks a config document; see Load.
+func Parse(data []byte, o ParseOptions) (*Config, error) {
+	if o.LookupEnv == nil {
+		o.LookupEnv = os.LookupEnv
+	}
+	p := &parser{path: o.Path, dir: filepath.Dir(o.Path), env: o.LookupEnv}
+	if o.Path == "" {
+		p.dir = "."
+	}
+	return p.parse(data)
+}
+
+type parser struct {
+	path string
+	dir  string
+	env  func(string) (string, bool)
+	root *yaml.Node // the document's top mapping, for line numbers
+}
+
+func (p *parser) errorf(line int, field, format string, args ...any) *Error {
+	return &Error{Path: p.path, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// unknownField rewrites yaml's "field x not found in type config.file".
+var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+
+// typeErrorLine is the "line N: " of one of yaml's type errors.
+var typeErrorLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// quotedValue is a value as yaml's type errors quote it: !!str `value`.
+var quotedValue = regexp.MustCompile("!!str `[^`]*`")
+
+// yamlLine is the "line N" of a yaml syntax error.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *parser) parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return nil, &Error{Path: p.path, Line: line, Msg: "not valid YAML: " + m[2], Err: err}
+		}
+		return nil, &Error{Path: p.path, Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	}
+	if len(doc.Content) == 0 {
+		return nil, p.errorf(0, "", "the file is empty; it needs at least db, kafka and tables")
+	}
+	if doc.Content[0].Kind != yaml.MappingNode {
+		return nil, p.errorf(doc.Content[0].Line, "", "the document is not a mapping of fields (db, kafka, tables, ...)")
+	}
+	p.root = doc.Content[0]
+
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			msg := te.Errors[0]
+			if m := unknownField.FindStringSubmatch(msg); m != nil {
+				line, _ := strconv.Atoi(m[1])
+				return nil, &Error{Path: p.path, Line: line, Msg: fmt.Sprintf("unknown field %q", m[2]), Err: err}
+			}
+			if m := typeErrorLine.FindStringSubmatch(msg); m != nil {
+				line, _ := strconv.Atoi(m[1])
+				// yaml quotes the value in backticks; it may be a secret
+				// given where a mapping was expected.
+				why := quotedValue.ReplaceAllString(m[2], "a string")
+				return nil, &Error{Path: p.path, Line: line, Field: fieldAt(p.root, line, ""), Msg: why}
+			}
+		}
+		return nil, &Error{Path: p.path, Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	}
+	return p.build(&f)
+}
+
+// line returns the line of the value at path (mapping keys and sequence
+// indexes as strings) from the top of the document, or of the nearest
+// ancestor found; 0 when none.
+func (p *parser) line(path ...string) int {
+	n := p.root
+	line := 0
+	for _, step := range path {
+		switch n.Kind {
+		case yaml.MappingNode:
+			var next *yaml.Node
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == step {
+					next = n.Content[i+1]
+				}
+			}
+			if next == nil {
+				return line
+			}
+			n = next
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(step)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return line
+			}
+			n = n.Content[i]
+		default:
+			return line
+		}
+		line = n.Line
+	}
+	return line
+}
+
+// fieldAt returns the dotted path of the last mapping key on line, or "".
+func fieldAt(n *yaml.Node, line int, prefix string) string {
+	found := ""
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			if prefix != "" {
+				name = prefix + "." + name
+			}
+			if n.Content[i].Line == line {
+				found = name
+			}
+			if f := fieldAt(n.Content[i+1], line, name); f != "" {
+				found = f
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if f := fieldAt(c, line, fmt.Sprintf("%s[%d]", prefix, i)); f != "" {
+				found = f
+			}
+		}
+	}
+	return found
+}
+
+func (p *parser) resolve(path string) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(p.dir, path)
+}
+
+func (p *parser) build(f *file) (*Config, error) {
+	c := &Config{
+		Path:        p.path,
+		DB:          p.resolve(f.DB),
+		Socket:      p.resolve(f.Socket),
+		SocketMode:  DefaultSocketMode,
+		SocketGroup: f.SocketGroup,
+		Listen:      f.Listen,
+		AllowRemote: f.AllowRemote,
+		Kafka:       Kafka{Brokers: strings.TrimSpace(f.Kafka.Brokers), Properties: Properties{}},
+	}
+	if c.Socket == "" && c.DB != "" {
+		c.Socket = c.DB + ".sock"
+	}
+	if f.SocketMode != "" {
+		m, err := ParseSocketMode(f.SocketMode)
+		if err != nil {
+			return nil, p.errorf(p.line("socket_mode"), "socket_mode", "%v", err)
+		}
+		c.SocketMode = m
+	}
+	tok, err := p.expand(f.AdminToken)
+	if err != nil {
+		return nil, p.errorf(p.line("admin_token"), "admin_token", "%v", err)
+	}
+	c.AdminToken = Secret(tok)
+	if err := CheckListen(c.Listen, c.AllowRemote, c.AdminToken != ""); err != nil {
+		return nil, p.errorf(p.line("listen"), "listen", "%v", err)
+	}
+	for k, v := range f.Kafka.Properties {
+		field := "kafka.properties." + k
+		if strings.TrimSpace(k) == "" {
+			return nil, p.errorf(p.line("kafka", "properties"), "kafka.properties", "a property with an empty name")
+		}
+		// Never the value in a message: it may be a secret.
+		ev, err := p.expand(v)
+		if err != nil {
+			return nil, p.errorf(p.line("kafka", "properties", k), field, "%v", err)
+		}
+		c.Kafka.Properties[k] = ev
+	}
+	seen := map[string]int{}
+	for i, ft := range f.Tables {
+		t, err := p.table(i, ft)
+		if err != nil {
+			return nil, err
+		}
+		if first, dup := seen[t.Spec.Name]; dup {
+			return nil, p.errorf(p.line("tables", strconv.Itoa(i), "name"), fmt.Sprintf("tables[%d].name", i),
+				"table %q is defined twice (first at line %d)", t.Spec.Name, first)
+		}
+		seen[t.Spec.Name] = t.Line
+		c.Tables = append(c.Tables, t)
+	}
+	return c, nil
+}
+
+// envRef is ${NAME}, or $${...}, which stays literal as ${...}.
+var envRef = regexp.MustCompile(`\$?\$\{([^}]*)\}`)
+
+// expand replaces ${NAME} with the environment variable NAME; $${ is a
+// literal ${. An unset variable is an error naming it (never the value
+// around it).
+func (p *parser) expand(s string) (string, error) {
+	var err error
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if strings.HasPrefix(ref, "$$") {
+			return ref[1:]
+		}
+		name := ref[2 : len(ref)-1]
+		if !validEnvName(name) {
+			if err == nil {
+				err = fmt.Errorf("${%s}: not a valid environment variable name", name)
+			}
+			return ""
+		}
+		v, ok := p.env(name)
+		if !ok {
+			if err == nil {
+				err = fmt.Errorf("environment variable %s is not set (referenced as ${%s})", name, name)
+			}
+			return ""
+		}
+		return v
+	})
+	return out, err
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if r != '_' && !(r >= 'A' && r <= 'Z') && !(r >= 'a' && r <= 'z') && !(i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// specFields maps a materialize.Spec field to the table's YAML key.
+var specFields = map[string]string{
+	materialize.FieldName: "name", materialize.FieldTopic: "topic", materialize.FieldFold: "fold",
+	materialize.FieldIdentityField: "identity_field", materialize.FieldGroupField: "group_field",
+	materialize.FieldIgnoreFields: "ignore_fields", materialize.FieldCatalog: "catalog",
+	materialize.FieldAllowUnknownGroups: "allow_unknown_groups", materialize.FieldOnBadRecord: "on_bad_record",
+	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
+}
+
+func (p *parser) table(i int, ft fileTable) (Table, error) {
+	idx := strconv.Itoa(i)
+	at := func(key string) int { return p.line("tables", idx, key) }
+	bad := func(key, format string, args ...any) error {
+		return p.errorf(at(key), fmt.Sprintf("tables[%d].%s", i, key), format, args...)
+	}
+	t := Table{Line: p.line("tables", idx), Schedule: ft.Schedule}
+	if ft.Name == "" {
+		return t, p.errorf(t.Line, fmt.Sprintf("tables[%d]", i), "name is required")
+	}
+	s := materialize.Spec{
+		Name: ft.Name, Topic: ft.Topic, Fold: ft.Fold,
+		IdentityField: ft.IdentityField, GroupField: ft.GroupField, IgnoreFields: ft.IgnoreFields,
+		AllowUnknownGroups: ft.AllowUnknownGroups, AllowEmpty: ft.AllowEmpty,
+	}
+	if s.Fold == "" {
+		s.Fold = materialize.FoldLatest
+	}
+	if s.Topic == "" {
+		return t, p.errorf(t.Line, fmt.Sprintf("tables[%d] (%s)", i, ft.Name), "topic is required")
+	}
+	if ft.OnBadRecord != "" {
+		ob, err := fold.ParseOnBadRecord(ft.OnBadRecord)
+		if err != nil {
+			return t, bad("on_bad_record", "%q: want fail or skip", ft.OnBadRecord)
+		}
+		s.OnBadRecord = ob
+	}
+	switch ft.End {
+	case "":
+		s.End = replay.EndHigh
+	case string(replay.EndHigh), string(replay.EndStable):
+		s.End = replay.EndMark(ft.End)
+	default:
+		return t, bad("end", "%q: want high or stable", ft.End)
+	}
+	if ft.StallTimeout != "" {
+		d, err := time.ParseDuration(ft.StallTimeout)
+		if err != nil {
+			return t, bad("stall_timeout", "%q: not a duration (e.g. 30s, 2m)", ft.StallTimeout)
+		}
+		if d <= 0 {
+			return t, bad("stall_timeout", "%s: must be positive", d)
+		}
+		s.StallTimeout = d
+	}
+	if err := CheckSchedule(ft.Schedule); err != nil {
+		return t, bad("schedule", "%v", err)
+	}
+	if ft.Catalog != "" {
+		if s.Fold != materialize.FoldCount {
+			return t, bad("catalog", "applies to fold count only")
+		}
+		t.Catalog = p.resolve(ft.Catalog)
+		data, err := os.ReadFile(t.Catalog)
+		if err != nil {
+			return t, &Error{Path: p.path, Line: at("catalog"), Field: fmt.Sprintf("tables[%d].catalog", i), Msg: err.Error(), Err: err}
+		}
+		cat, err := fold.ParseCatalog(data)
+		if err != nil {
+			return t, &Error{Path: p.path, Line: at("catalog"), Field: fmt.Sprintf("tables[%d].catalog", i),
+				Msg: fmt.Sprintf("%s: %v", t.Catalog, err), Err: err}
+		}
+		s.Catalog = cat
+	}
+	if err := s.Validate(); err != nil {
+		var se *materialize.SpecError
+		if errors.As(err, &se) {
+			key := specFields[se.Field]
+			msg := se.Reason
+			if se.Value != "" {
+				msg = se.Value + ": " + msg
+			}
+			return t, &Error{Path: p.path, Line: at(key), Field: fmt.Sprintf("tables[%d].%s", i, key), Msg: msg, Err: err}
+		}
+		return t, &Error{Path: p.path, Line: t.Line, Field: fmt.Sprintf("tables[%d]", i), Msg: err.Error(), Err: err}
+	}
+	t.Spec = s
+	return t, nil
+}
+
+// ParseSocketMode parses an octal file mode such as "0660" or "660"
+// (permission bits only).
+func ParseSocketMode(s string) (os.FileMode, error) {
+	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
+	if err != nil || v > 0o777 {
+		return 0, fmt.Errorf("%q: want an octal file mode such as \"0660\"", s)
+	}
+	if v&0o600 != 0o600 {
+		return 0, fmt.Errorf("%q: the daemon's own user needs read and write (0600 at least)", s)
+	}
+	return os.FileMode(v), nil
+}
+
+// CheckListen checks a TCP listen address: "" (none) or HOST:PORT. A host
+// that is not loopback (including an empty host, every interface) needs
+// allowRemote and an admin token: the socket's file mode guards the unix
+// socket, nothing guards a TCP port but the token.
+func CheckListen(listen string, allowRemote, hasToken bool) error {
+	if listen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		return fmt.Errorf("%q: want HOST:PORT, e.g. 127.0.0.1:9466", listen)
+	}
+	if isLoopback(host) {
+		return nil
+	}
+	if !allowRemote || !hasToken {
+		return fmt.Errorf("%q is not a loopback address: it needs allow_remote: true and an admin_token (or listen on 127.0.0.1)", listen)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Names returns the table names in file order.
+func (c *Config) Names() []string {
+	out := make([]string, len(c.Tables))
+	for i, t := range c.Tables {
+		out[i] = t.Spec.Name
+	}
+	return out
+}
+
+// Table returns the named table's definition, or an *UnknownTableError
+// (ErrUnknownTable) that lists the tables the file has.
+func (c *Config) Table(name string) (materialize.Spec, error) {
+	for _, t := range c.Tables {
+		if t.Spec.Name == name {
+			return t.Spec, nil
+		}
+	}
+	return materialize.Spec{}, &UnknownTableError{Path: c.Path, Name: name, Tables: c.Names()}
+}
+
+// String summarizes the config, secrets redacted.
+func (c *Config) String() string {
+	return fmt.Sprintf("config %s: db %s, socket %s (%04o), listen %q, brokers %q, properties %s, admin token %q, tables %s",
+		c.Path, c.DB, c.Socket, c.SocketMode, c.Listen, c.Kafka.Brokers, c.Kafka.Properties, c.AdminToken.String(),
+		strings.Join(c.Names(), ","))
+}

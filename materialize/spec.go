@@ -1,0 +1,235 @@
+package materialize
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// Fold names, as the CLI's --fold and the config file's fold spell them.
+const (
+	FoldLatest = "latest"
+	FoldCount  = "count"
+)
+
+// Spec field names, as the config file spells them; a *SpecError names the
+// field with one of these, and the CLI maps each to its flag.
+const (
+	FieldName               = "name"
+	FieldTopic              = "topic"
+	FieldFold               = "fold"
+	FieldIdentityField      = "identity_field"
+	FieldGroupField         = "group_field"
+	FieldIgnoreFields       = "ignore_fields"
+	FieldCatalog            = "catalog"
+	FieldAllowUnknownGroups = "allow_unknown_groups"
+	FieldOnBadRecord        = "on_bad_record"
+	FieldEnd                = "end"
+	FieldStallTimeout       = "stall_timeout"
+)
+
+// Spec is a table's full definition: where its records come from, how they
+// become rows, and when a rebuild's replay ends. It is what the rebuild
+// flags and a table of the config file both describe, so the CLI and the
+// daemon build the same table from the same Spec. Connection settings
+// (brokers, librdkafka properties), the database and the logger are not part
+// of a table and come from the caller (see Options).
+//
+// The zero value of every optional field is its default.
+type Spec struct {
+	// Name is the table's name. Default: Topic.
+	Name  string
+	Topic string // required
+	// Fold is FoldLatest (default) or FoldCount.
+	Fold string
+	// IdentityField, GroupField, IgnoreFields, Catalog and
+	// AllowUnknownGroups configure the count fold (fold.CountConfig) and
+	// must be empty for the latest fold.
+	IdentityField string
+	GroupField    string
+	IgnoreFields  []string
+	// Catalog is the list of group names, already read (fold.ParseCatalog);
+	// nil means no catalog.
+	Catalog            []string
+	AllowUnknownGroups bool
+	// OnBadRecord says what the fold does with a record it cannot store.
+	// Default fold.FailOnBadRecord.
+	OnBadRecord fold.OnBadRecord
+	// End is the replay's end mark. Default replay.EndHigh.
+	End replay.EndMark
+	// StallTimeout bounds a replay without progress. 0 means the replay's
+	// default (30s); negative is invalid.
+	StallTimeout time.Duration
+	// AllowEmpty publishes a rebuild in which no record contributed a row
+	// over a table that has rows (Options.AllowEmpty).
+	AllowEmpty bool
+}
+
+// ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
+// Options when a field of a Spec is missing or invalid: bad usage, before
+// any work starts.
+var ErrBadSpec = errors.New("invalid table definition")
+
+// SpecError names the field of a Spec that is missing or invalid.
+// It matches ErrBadSpec.
+type SpecError struct {
+	Table string // the Spec's Name (or topic); "" when neither is set
+	Field string // one of the Field* names
+	// Value is the offending value, when it helps ("count" for a fold
+	// error); never a secret: a Spec holds none.
+	Value  string
+	Reason string
+	Err    error // the underlying error, if any (e.g. from fold.NewCount)
+}
+
+// Error returns e.g. `table "votes": fold count: the identity field is
+// required`.
+func (e *SpecError) Error() string {
+	s := e.Field
+	if e.Value != "" {
+		s += " " + e.Value
+	}
+	s += ": " + e.Reason
+	if e.Table != "" {
+		s = fmt.Sprintf("table %q: %s", e.Table, s)
+	}
+	return s
+}
+
+// Unwrap returns the underlying error, if any.
+func (e *SpecError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrBadSpec.
+func (e *SpecError) Is(target error) bool { return target == ErrBadSpec }
+
+// TableName returns the table's name: Name, or Topic when Name is empty.
+func (s Spec) TableName() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return s.Topic
+}
+
+// Validate reports the first missing or invalid field as a *SpecError, in
+// a fixed order (topic, fold, the fold's fields, on_bad_record, end,
+// stall_timeout). It checks everything NewFolder needs, so a Spec that
+// validates builds its fold.
+func (s Spec) Validate() error {
+	bad := func(field, value, reason string, err error) error {
+		return &SpecError{Table: s.TableName(), Field: field, Value: value, Reason: reason, Err: err}
+	}
+	if s.Topic == "" {
+		return bad(FieldTopic, "", "required", nil)
+	}
+	switch s.Fold {
+	case "", FoldLatest:
+		for _, f := range []struct {
+			field string
+			set   bool
+		}{
+			{FieldIdentityField, s.IdentityField != ""},
+			{FieldGroupField, s.GroupField != ""},
+			{FieldIgnoreFields, len(s.IgnoreFields) > 0},
+			{FieldCatalog, s.Catalog != nil},
+			{FieldAllowUnknownGroups, s.AllowUnknownGroups},
+		} {
+			if f.set {
+				return bad(f.field, "", "applies to fold count only", nil)
+			}
+		}
+	case FoldCount:
+		if s.IdentityField == "" || s.GroupField == "" {
+			field := FieldIdentityField
+			if s.IdentityField != "" {
+				field = FieldGroupField
+			}
+			return bad(field, "", "required by fold count", nil)
+		}
+		// fold.NewCount's own checks (the group field ignored, empty or
+		// repeated catalog names), so that they fail here, not mid-run.
+		if _, err := fold.NewCount(s.countConfig()); err != nil {
+			return bad(FieldFold, FoldCount, err.Error(), err)
+		}
+	default:
+		return bad(FieldFold, fmt.Sprintf("%q", s.Fold), "want latest or count", nil)
+	}
+	if s.OnBadRecord != fold.FailOnBadRecord && s.OnBadRecord != fold.SkipBadRecords {
+		return bad(FieldOnBadRecord, fmt.Sprint(int(s.OnBadRecord)), "want fail or skip", nil)
+	}
+	switch s.End {
+	case "", replay.EndHigh, replay.EndStable:
+	default:
+		return bad(FieldEnd, fmt.Sprintf("%q", s.End), "want high or stable", nil)
+	}
+	if s.StallTimeout < 0 {
+		return bad(FieldStallTimeout, s.StallTimeout.String(), "must be positive", nil)
+	}
+	return nil
+}
+
+func (s Spec) countConfig() fold.CountConfig {
+	return fold.CountConfig{
+		Topic:              s.Topic,
+		IdentityField:      s.IdentityField,
+		GroupField:         s.GroupField,
+		IgnoreFields:       slices.Clone(s.IgnoreFields),
+		Catalog:            slices.Clone(s.Catalog),
+		AllowUnknownGroups: s.AllowUnknownGroups,
+		OnBadRecord:        s.OnBadRecord,
+	}
+}
+
+// NewFolder validates s and returns a fresh fold for one rebuild. A Folder
+// holds the state of one rebuild: call NewFolder (or Options) for each run.
+func (s Spec) NewFolder() (fold.Folder, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if s.Fold == FoldCount {
+		f, err := fold.NewCount(s.countConfig())
+		if err != nil {
+			return nil, &SpecError{Table: s.TableName(), Field: FieldFold, Value: FoldCount, Reason: err.Error(), Err: err}
+		}
+		return f, nil
+	}
+	return fold.NewLatestWith(fold.LatestConfig{Topic: s.Topic, OnBadRecord: s.OnBadRecord}), nil
+}
+
+// Options returns what Rebuild needs to build s once into db: a fresh fold
+// and the replay's topic, end mark and stall timeout, with the caller's
+// brokers, librdkafka properties and logger. The replay starts at every
+// partition's earliest retained offset; a caller that wants another start
+// sets Replay.Start, and may set Replay.Progress. Each call returns a new
+// Folder, so each rebuild must call Options again.
+func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log zerolog.Logger) (Options, error) {
+	f, err := s.NewFolder()
+	if err != nil {
+		return Options{}, err
+	}
+	end := s.End
+	if end == "" {
+		end = replay.EndHigh
+	}
+	return Options{
+		DB:    db,
+		Table: s.TableName(),
+		Replay: replay.Config{
+			Brokers:      brokers,
+			Topic:        s.Topic,
+			Props:        props,
+			End:          end,
+			StallTimeout: s.StallTimeout,
+			Log:          log,
+		},
+		Fold:       f,
+		AllowEmpty: s.AllowEmpty,
+		Log:        log,
+	}, nil
+}

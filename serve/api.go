@@ -1,0 +1,707 @@
+package serve
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// HeaderGeneration names the generation that answered a read.
+const HeaderGeneration = "Kmaterialize-Generation"
+
+// HeaderMore is "true" on a rows page when rows follow its last one.
+const HeaderMore = "Kmaterialize-More"
+
+// Limits of the rows route.
+const (
+	DefaultRowsLimit = 1000
+	MaxRowsLimit     = 10000
+)
+
+func (s *Server) httpServer(tcp bool) *http.Server {
+	return &http.Server{
+		Handler:           s.handler(tcp),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          log.New(s.cfg.Log, "http: ", 0),
+	}
+}
+
+// handler is the API. On TCP (tcp true) the routes that change anything
+// need the admin token.
+func (s *Server) handler(tcp bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/tables", s.listTables)
+	mux.HandleFunc("GET /v1/tables/{table}", s.getTable)
+	mux.HandleFunc("GET /v1/tables/{table}/keys/{key...}", s.getKey)
+	mux.HandleFunc("GET /v1/tables/{table}/rows", s.getRows)
+	mux.HandleFunc("GET /v1/tables/{table}/export", s.export)
+	rebuild := http.Handler(http.HandlerFunc(s.rebuild))
+	if tcp {
+		rebuild = s.adminOnly(rebuild)
+	}
+	mux.Handle("POST /v1/tables/{table}/rebuild", rebuild)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		route := "unmatched"
+		if _, pattern := mux.Handler(r); pattern != "" {
+			route = pattern
+			mux.ServeHTTP(sw, r)
+		} else {
+			mux.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
+		}
+		s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter remembers the status code for the request metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// adminOnly refuses a request without "Authorization: Bearer <AdminToken>"
+// (always, when no token is configured).
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if s.cfg.AdminToken == "" || !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
+			writeError(w, http.StatusForbidden, codeForbidden,
+				"this route changes state: on the TCP listener it needs Authorization: Bearer <admin_token> (or use the unix socket)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// database returns the open database, or answers 503 and returns nil.
+func (s *Server) database(w http.ResponseWriter) *store.DB {
+	s.mu.Lock()
+	db := s.db
+	s.mu.Unlock()
+	if db == nil {
+		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, "the daemon is shutting down")
+	}
+	return db
+}
+
+// tableParam returns the {table} of the route, or answers 400.
+func tableParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("table")
+	if err := checkTableName(name); err != nil {
+		writeError(w, http.StatusBadRequest, codeBadTableName, err.Error())
+		return "", false
+	}
+	return name, true
+}
+
+// readError answers a failed read: a table never published is 503 with
+// Retry-After when the daemon builds it, 404 otherwise.
+func (s *Server) readError(w http.ResponseWriter, table string, err error) {
+	if errors.Is(err, store.ErrTableNotFound) {
+		s.mu.Lock()
+		_, configured := s.tables[table]
+		s.mu.Unlock()
+		if configured {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+			writeError(w, http.StatusServiceUnavailable, codeTableNotReady,
+				fmt.Sprintf("table %q has not been published yet: its first build has not finished (see GET /v1/tables/%s)", table, table))
+			return
+		}
+		writeError(w, http.StatusNotFound, codeTableNotFound, err.Error())
+		return
+	}
+	s.cfg.Log.Error().Err(err).Str(keyTable, table).Msg("read failed")
+	writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+}
+
+// tableJSON is a table as the API shows it. Fields of the published
+// generation are null while it has none.
+type tableJSON struct {
+	Name       string                 `json:"name"`
+	Topic      string                 `json:"topic"`
+	Fold       string                 `json:"fold"`
+	Params     map[string]string      `json:"params,omitempty"`
+	State      string                 `json:"state"`
+	Configured bool                   `json:"configured"`
+	Schedule   *string                `json:"schedule"`
+	Generation *uint64                `json:"generation"`
+	Keys       *int64                 `json:"keys"`
+	BuiltAt    *string                `json:"built_at"`
+	TookMS     *int64                 `json:"took_ms"`
+	Records    *int64                 `json:"records"`
+	Skipped    *int64                 `json:"skipped"`
+	EndMark    string                 `json:"end_mark,omitempty"`
+	Partitions []checkpoint.Partition `json:"partitions"`
+	LastError  *lastErrorJSON         `json:"last_error"`
+	NextRun    *string                `json:"next_run"`
+	Run        *runJSON               `json:"run"`
+	// SkippedRuns counts scheduled runs skipped because one was going.
+	SkippedRuns int64 `json:"skipped_runs"`
+}
+
+type lastErrorJSON struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+	Run      uint64 `json:"run"`
+	At       string `json:"at"`
+}
+
+type runJSON struct {
+	ID      uint64 `json:"id"`
+	Trigger string `json:"trigger"`
+	Started string `json:"started"`
+}
+
+// Table states.
+const (
+	StateEmpty      = "empty"      // never published, no run going
+	StateBuilding   = "building"   // never published, its first build running
+	StateReady      = "ready"      // published, last run succeeded
+	StateRebuilding = "rebuilding" // published and served while a rebuild runs
+	StateFailed     = "failed"     // the last run failed; the previous generation (if any) is served
+)
+
+// describe returns table as the API shows it, reading its metadata and
+// checkpoint in one transaction. found is false when the table is neither
+// in the file nor configured.
+func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
+	s.mu.Lock()
+	def, configured := s.tables[table]
+	var active *run
+	var last *runResult
+	var skipped int64
+	if st := s.runs[table]; st != nil {
+		active, last, skipped = st.active, st.last, st.skipped
+	}
+	s.mu.Unlock()
+
+	t := tableJSON{Name: table, Configured: configured, Partitions: []checkpoint.Partition{}, SkippedRuns: skipped}
+	if configured {
+		t.Topic, t.Fold = def.Topic, def.Fold
+		if def.Schedule != "" {
+			sch := def.Schedule
+			t.Schedule = &sch
+		}
+	}
+	published := false
+	err := db.ReadTable(table, func(snap *store.Snapshot) error {
+		published = true
+		m := snap.Meta
+		t.Topic, t.Fold, t.Params = m.Topic, m.Fold, m.Params
+		gen, keys, took, recs, skip := m.Generation, m.Keys, m.Duration.Milliseconds(), m.Records, m.Skipped
+		built := m.BuiltAt.UTC().Format(time.RFC3339)
+		t.Generation, t.Keys, t.TookMS, t.Records, t.Skipped, t.BuiltAt = &gen, &keys, &took, &recs, &skip, &built
+		cp, ok, err := checkpoint.Load(snap.Tx, table)
+		if err != nil {
+			return err
+		}
+		if ok {
+			t.EndMark = cp.EndMark
+			if cp.Partitions != nil {
+				t.Partitions = cp.Partitions
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
+		return t, false, err
+	}
+	if !published && !configured {
+		return t, false, nil
+	}
+	switch {
+	case active != nil && published:
+		t.State = StateRebuilding
+	case active != nil:
+		t.State = StateBuilding
+	case last != nil && last.Err != nil:
+		t.State = StateFailed
+	case published:
+		t.State = StateReady
+	default:
+		t.State = StateEmpty
+	}
+	if last != nil && last.Err != nil {
+		t.LastError = &lastErrorJSON{Error: last.Err.Error(), ExitCode: last.ExitCode, Run: last.ID, At: last.Ended.UTC().Format(time.RFC3339)}
+	}
+	if active != nil {
+		t.Run = &runJSON{ID: active.id, Trigger: active.trigger, Started: active.started.UTC().Format(time.RFC3339)}
+	}
+	if next := s.nextRun(table); next != nil {
+		n := next.Format(time.RFC3339)
+		t.NextRun = &n
+	}
+	return t, true, nil
+}
+
+// names returns every table the file holds and every configured one, sorted.
+func (s *Server) names(db *store.DB) ([]string, error) {
+	metas, err := db.Tables()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range metas {
+		seen[m.Name] = true
+		out = append(out, m.Name)
+	}
+	s.mu.Lock()
+	for n := range s.tables {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	s.mu.Unlock()
+	sortStrings(out)
+	return out, nil
+}
+
+func (s *Server) listTables(w http.ResponseWriter, r *http.Request) {
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	names, err := s.names(db)
+	if err != nil {
+		s.readError(w, "", err)
+		return
+	}
+	out := struct {
+		Tables []tableJSON `json:"tables"`
+	}{Tables: []tableJSON{}}
+	for _, n := range names {
+		t, found, err := s.describe(db, n)
+		if err != nil {
+			s.readError(w, n, err)
+			return
+		}
+		if found {
+			out.Tables = append(out.Tables, t)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTable(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	t, found, err := s.describe(db, table)
+	switch {
+	case err != nil:
+		s.readError(w, table, err)
+	case !found:
+		writeError(w, http.StatusNotFound, codeTableNotFound, fmt.Sprintf("table %q is neither in the database nor configured (GET /v1/tables lists them)", table))
+	default:
+		if t.Generation != nil {
+			w.Header().Set(HeaderGeneration, strconv.FormatUint(*t.Generation, 10))
+		}
+		writeJSON(w, http.StatusOK, t)
+	}
+}
+
+func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	key := []byte(r.PathValue("key"))
+	if len(key) == 0 || len(key) > bolt.MaxKeySize {
+		writeError(w, http.StatusBadRequest, codeBadKey, fmt.Sprintf("a key has 1 to %d bytes, percent-encoded in the path", bolt.MaxKeySize))
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	var gen uint64
+	var val []byte
+	found := false
+	err := db.ReadTable(table, func(snap *store.Snapshot) error {
+		gen = snap.Meta.Generation
+		// The first row at or after key with key as prefix is key itself
+		// when it exists.
+		return snap.Rows(key, 1, func(k, v []byte) error {
+			if bytes.Equal(k, key) {
+				found, val = true, bytes.Clone(v)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		s.readError(w, table, err)
+		return
+	}
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	if !found {
+		writeError(w, http.StatusNotFound, codeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(val)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(val)
+}
+
+// rowsQuery is the rows route's parsed query.
+type rowsQuery struct {
+	prefix, after []byte
+	limit         int
+	generation    uint64 // 0: whatever is published
+	b64           bool
+}
+
+// parseEncoding reads encoding= (utf-8, the default, or base64).
+func parseEncoding(v string) (bool, error) {
+	switch v {
+	case "", "utf-8", "utf8":
+		return false, nil
+	case "base64":
+		return true, nil
+	}
+	return false, fmt.Errorf("encoding %q: want utf-8 or base64", v)
+}
+
+// checkParams answers 400 for a query parameter not in allowed: the API
+// never ignores what a client asked for.
+func checkParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
+	for k := range r.URL.Query() {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("unknown query parameter %q (this route takes %s)", k, strings.Join(allowed, ", ")))
+			return false
+		}
+	}
+	return true
+}
+
+func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
+	q := rowsQuery{limit: DefaultRowsLimit}
+	if !checkParams(w, r, "prefix", "after", "limit", "generation", "encoding") {
+		return q, false
+	}
+	v := r.URL.Query()
+	q.prefix, q.after = []byte(v.Get("prefix")), []byte(v.Get("after"))
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxRowsLimit {
+			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want 1 to %d (default %d); page with after=", s, MaxRowsLimit, DefaultRowsLimit))
+			return q, false
+		}
+		q.limit = n
+	}
+	if s := v.Get("generation"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n == 0 {
+			writeError(w, http.StatusBadRequest, codeBadGeneration, fmt.Sprintf("generation %q: want the positive number a first page's %s header gave", s, HeaderGeneration))
+			return q, false
+		}
+		q.generation = n
+	}
+	b64, err := parseEncoding(v.Get("encoding"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		return q, false
+	}
+	q.b64 = b64
+	return q, true
+}
+
+// getRows answers one page of rows as JSON lines, exactly as `scan --format
+// jsonl` prints them. The page is formatted in memory inside the read
+// transaction (at most MaxRowsLimit rows), so the status is decided before
+// its first byte and no slow client holds a transaction open.
+func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	q, ok := parseRows(w, r)
+	if !ok {
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	var buf bytes.Buffer
+	var gen uint64
+	more, gone := false, false
+	err := db.ReadTable(table, func(snap *store.Snapshot) error {
+		gen = snap.Meta.Generation
+		if q.generation != 0 && q.generation != gen {
+			gone = true
+			return nil
+		}
+		n := 0
+		return snap.RowsAfter(q.prefix, q.after, q.limit+1, func(k, v []byte) error {
+			if n == q.limit {
+				more = true
+				return nil
+			}
+			n++
+			ks, err := snapshot.Text(k, k, "key", q.b64)
+			if err != nil {
+				return err
+			}
+			vs, err := snapshot.Text(k, v, "value", q.b64)
+			if err != nil {
+				return err
+			}
+			buf.Write(snapshot.JSONLine(ks, vs))
+			return nil
+		})
+	})
+	switch {
+	case errors.Is(err, snapshot.ErrNotUTF8):
+		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+		return
+	case err != nil:
+		s.readError(w, table, err)
+		return
+	case gone:
+		writeError(w, http.StatusConflict, codeGenerationGone,
+			fmt.Sprintf("generation %d of table %q is no longer published (now %d): start the scan again from the first page", q.generation, table, gen))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	w.Header().Set(HeaderMore, strconv.FormatBool(more))
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+}
+
+// export streams the same document `kmaterialize export` writes, from one
+// read transaction. A key or value that is not UTF-8 (without
+// encoding=base64) fails it before the first byte; each chunk renews the
+// write deadline, so a stalled client cannot hold the transaction open for
+// longer than writeTimeout.
+func (s *Server) export(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "encoding") {
+		return
+	}
+	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
+	err = db.ReadTable(table, func(snap *store.Snapshot) error {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(HeaderGeneration, strconv.FormatUint(snap.Meta.Generation, 10))
+		return snapshot.WriteSnapshot(snap, dw, snapshot.Options{Base64: b64})
+	})
+	switch {
+	case err == nil:
+	case dw.wrote:
+		// Too late for a status: end the response abruptly so that the
+		// client does not take a truncated document for a whole one.
+		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, snapshot.ErrNotUTF8):
+		w.Header().Del(HeaderGeneration)
+		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+	default:
+		w.Header().Del(HeaderGeneration)
+		s.readError(w, table, err)
+	}
+}
+
+// deadlineWriter renews the connection's write deadline before each write.
+type deadlineWriter struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	wrote bool
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	d.wrote = true
+	return d.w.Write(b)
+}
+
+// rebuildResult is the body of POST .../rebuild?wait=1.
+type rebuildResult struct {
+	Run        uint64  `json:"run"`
+	ExitCode   int     `json:"exit_code"`
+	Error      *string `json:"error"`
+	Generation *uint64 `json:"generation"`
+}
+
+// rebuild starts a run of a configured table, as configured: the request
+// carries no options.
+func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "wait") {
+		return
+	}
+	wait := false
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "0", "false":
+	case "1", "true":
+		wait = true
+	default:
+		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
+		return
+	}
+	if r.ContentLength > 0 {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "a rebuild request carries no body: the daemon's config decides how the table is built")
+		return
+	}
+	s.mu.Lock()
+	_, configured := s.tables[table]
+	s.mu.Unlock()
+	if !configured {
+		writeError(w, http.StatusNotFound, codeTableNotConfigured,
+			fmt.Sprintf("table %q is not in the daemon's config, so the daemon cannot rebuild it; add it to the config and reload (SIGHUP)", table))
+		return
+	}
+	run, err := s.startRun(table, triggerRequest)
+	switch {
+	case errors.Is(err, errRunning):
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a rebuild of table %q is already running (run %d)", table, run.id), Code: codeRunInProgress, Run: run.id})
+		return
+	case errors.Is(err, errStopping):
+		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusNotFound, codeTableNotConfigured, err.Error())
+		return
+	}
+	if !wait {
+		writeJSON(w, http.StatusAccepted, map[string]uint64{"run": run.id})
+		return
+	}
+	// A rebuild takes as long as it takes: no write deadline while waiting.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	res, done := waitRun(r.Context(), run)
+	if !done {
+		return // the client went away; the run goes on
+	}
+	out := rebuildResult{Run: res.ID, ExitCode: res.ExitCode}
+	if res.Err != nil {
+		msg := res.Err.Error()
+		out.Error = &msg
+	}
+	if res.Generation != 0 {
+		g := res.Generation
+		out.Generation = &g
+	} else if db := s.database(w); db != nil {
+		if m, err := db.Table(table); err == nil {
+			out.Generation = &m.Generation
+		}
+	} else {
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// readyTable is one table in /readyz's answer.
+type readyTable struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// readyz is 200 once every configured table has a published generation,
+// else 503 naming the tables that are not ready and why.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	s.mu.Lock()
+	names := s.configuredLocked()
+	s.mu.Unlock()
+	var tables, notReady []readyTable
+	for _, n := range names {
+		t, _, err := s.describe(db, n)
+		if err != nil {
+			s.readError(w, n, err)
+			return
+		}
+		rt := readyTable{Name: n, State: t.State}
+		if t.Generation == nil {
+			switch {
+			case t.State == StateBuilding:
+				rt.Reason = "its first build is running"
+			case t.LastError != nil:
+				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s", t.LastError.ExitCode, t.LastError.Error)
+			default:
+				rt.Reason = "never published"
+			}
+			notReady = append(notReady, rt)
+		}
+		tables = append(tables, rt)
+	}
+	if len(notReady) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{
+			Error: fmt.Sprintf("%d of %d configured tables have no published generation yet", len(notReady), len(names)),
+			Code:  codeNotReady, Tables: notReady,
+		})
+		return
+	}
+	if tables == nil {
+		tables = []readyTable{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "tables": tables})
+}

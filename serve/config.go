@@ -1,0 +1,250 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// Table is one table the daemon keeps fresh.
+type Table struct {
+	Name     string
+	Topic    string // shown in the API; informational
+	Fold     string // shown in the API; informational
+	Schedule string // "" unscheduled; "@every 10m" or a 5-field cron expression
+	// Build runs one full rebuild of the table into db and publishes it
+	// (materialize.Rebuild with the table's options). ctx ends on shutdown;
+	// a Build that returns after it ended must not have published.
+	Build func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error)
+}
+
+// Config configures a Server. Zero values are the documented defaults.
+type Config struct {
+	// DBPath is the database file; required. It is created if missing.
+	DBPath string
+	// Socket is the API's unix socket. Default DBPath + ".sock".
+	Socket string
+	// SocketMode is the socket's file mode. Default 0600; only permission
+	// bits (at most 0777), and the owner must be able to read and write.
+	SocketMode os.FileMode
+	// SocketGroup is the socket's group (a name or a numeric gid). "" keeps
+	// the process's group.
+	SocketGroup string
+	// Listen is an optional TCP address serving reads, /metrics, /healthz
+	// and /readyz; a POST there needs AdminToken.
+	Listen string
+	// AllowRemote permits a Listen address that is not loopback; it also
+	// needs AdminToken.
+	AllowRemote bool
+	// AdminToken is the bearer token for state-changing routes on Listen.
+	// Empty: they are refused there (403).
+	AdminToken string
+	// LockTimeout is how long Run waits for another holder of the
+	// database (store.Options.LockTimeout: 0 the default, negative: once).
+	LockTimeout time.Duration
+	// Tables are the tables the daemon keeps fresh.
+	Tables []Table
+	// ExitCode maps a run's error to the CLI's exit code (cmd/kmaterialize's
+	// exitCode), shown in a table's last_error. Default: 1 for any error.
+	ExitCode func(error) int
+	Log      zerolog.Logger
+	// PageCheck is passed to store.Open (see store.Options.PageCheck): the
+	// CLI hands its child-process page walk.
+	PageCheck store.PageCheck
+	// Command is what the holder record says this process runs (no
+	// secrets). Default "kmaterialize serve".
+	Command string
+}
+
+// DefaultSocketMode is the socket's mode when Config.SocketMode is 0.
+const DefaultSocketMode os.FileMode = 0o600
+
+// ConfigError is a Config value New refuses: Field names it as the config
+// file does (socket_mode, listen, tables[2].schedule, ...).
+type ConfigError struct {
+	Field  string
+	Value  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("serve config: %s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("serve config: %s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// settings is a validated Config with its defaults applied.
+type settings struct {
+	Config
+	gid     int // -1: keep the process's group
+	tables  []tableDef
+	command string
+}
+
+// tableDef is a validated Table with its parsed schedule.
+type tableDef struct {
+	Table
+	every time.Duration // @every; 0 when cron or unscheduled
+	cron  string        // a 5-field cron expression; "" otherwise
+}
+
+func validate(cfg Config) (settings, error) {
+	s := settings{Config: cfg, gid: -1, command: cfg.Command}
+	if s.command == "" {
+		s.command = "kmaterialize serve"
+	}
+	if cfg.DBPath == "" {
+		return s, &ConfigError{Field: "db", Reason: "required"}
+	}
+	if s.Socket == "" {
+		s.Socket = cfg.DBPath + ".sock"
+	}
+	if s.SocketMode == 0 {
+		s.SocketMode = DefaultSocketMode
+	}
+	if s.SocketMode&^os.ModePerm != 0 || s.SocketMode&0o600 != 0o600 {
+		return s, &ConfigError{Field: "socket_mode", Value: fmt.Sprintf("%#o", uint32(s.SocketMode)),
+			Reason: "want permission bits only (at most 0777), with read and write for the owner, e.g. \"0660\""}
+	}
+	if g := cfg.SocketGroup; g != "" {
+		gid, err := lookupGroup(g)
+		if err != nil {
+			return s, &ConfigError{Field: "socket_group", Value: g, Reason: err.Error()}
+		}
+		s.gid = gid
+	}
+	if cfg.Listen != "" {
+		if err := checkListen(cfg); err != nil {
+			return s, err
+		}
+	}
+	tables, err := validateTables(cfg.Tables)
+	if err != nil {
+		return s, err
+	}
+	s.tables = tables
+	if s.ExitCode == nil {
+		s.ExitCode = func(err error) int {
+			if err == nil {
+				return 0
+			}
+			return 1
+		}
+	}
+	return s, nil
+}
+
+func lookupGroup(g string) (int, error) {
+	if gid, err := strconv.Atoi(g); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("no such group: %w", err)
+	}
+	return strconv.Atoi(grp.Gid)
+}
+
+// checkListen refuses a non-loopback Listen without AllowRemote and
+// AdminToken: reads over TCP are meant for this host.
+func checkListen(cfg Config) error {
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return &ConfigError{Field: "listen", Value: cfg.Listen, Reason: "want HOST:PORT, e.g. 127.0.0.1:9466"}
+	}
+	if isLoopback(host) {
+		return nil
+	}
+	if !cfg.AllowRemote || cfg.AdminToken == "" {
+		return &ConfigError{Field: "listen", Value: cfg.Listen,
+			Reason: "not a loopback address: set allow_remote: true and an admin_token to serve other hosts, or listen on 127.0.0.1"}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validateTables(tables []Table) ([]tableDef, error) {
+	seen := map[string]bool{}
+	out := make([]tableDef, 0, len(tables))
+	for i, t := range tables {
+		field := fmt.Sprintf("tables[%d]", i)
+		if err := checkTableName(t.Name); err != nil {
+			return nil, &ConfigError{Field: field + ".name", Value: t.Name, Reason: err.Error()}
+		}
+		if seen[t.Name] {
+			return nil, &ConfigError{Field: field + ".name", Value: t.Name, Reason: "repeats a table name"}
+		}
+		seen[t.Name] = true
+		if t.Build == nil {
+			return nil, &ConfigError{Field: field, Value: t.Name, Reason: "no Build function"}
+		}
+		d := tableDef{Table: t}
+		if sch := strings.TrimSpace(t.Schedule); sch != "" {
+			every, expr, err := parseSchedule(sch)
+			if err != nil {
+				return nil, &ConfigError{Field: field + ".schedule", Value: t.Schedule, Reason: err.Error()}
+			}
+			d.every, d.cron = every, expr
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// parseSchedule accepts "@every D" (D a positive Go duration) or a 5-field
+// cron expression (minute hour day-of-month month day-of-week).
+func parseSchedule(s string) (time.Duration, string, error) {
+	if rest, ok := strings.CutPrefix(s, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil || d <= 0 {
+			return 0, "", fmt.Errorf("want \"@every\" and a positive duration, e.g. \"@every 10m\"")
+		}
+		return d, "", nil
+	}
+	if n := len(strings.Fields(s)); n != 5 {
+		return 0, "", fmt.Errorf("want \"@every D\" or a 5-field cron expression (minute hour day month weekday), got %d fields", n)
+	}
+	if _, err := cron.ParseStandard(s); err != nil {
+		return 0, "", fmt.Errorf("cron expression: %v", err)
+	}
+	return 0, s, nil
+}
+
+// maxNameLen bounds table names in requests: far above any real name (a
+// Kafka topic name has at most 249 characters), far below bbolt's key limit.
+const maxNameLen = 1024
+
+// checkTableName says why name cannot be a table name, or nil.
+func checkTableName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty table name")
+	case len(name) > maxNameLen:
+		return fmt.Errorf("table name longer than %d bytes", maxNameLen)
+	}
+	for _, r := range name {
+		if r == 0xFFFD || r < 0x20 || r == 0x7f {
+			return fmt.Errorf("table name must be printable UTF-8")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package serve
+
+import (
+	"sort"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/rs/zerolog"
+)
+
+// scheduleLocked adds def's schedule, if it has one, to the scheduler. The
+// job only starts a run (scheduledRun) and returns: the run lock, not
+// gocron's singleton mode, keeps one run per table, so that requested and
+// scheduled runs exclude each other. Call with s.mu held.
+func (s *Server) scheduleLocked(def tableDef) {
+	var jd gocron.JobDefinition
+	switch {
+	case def.every > 0:
+		jd = gocron.DurationJob(def.every)
+	case def.cron != "":
+		jd = gocron.CronJob(def.cron, false)
+	default:
+		return
+	}
+	name := def.Name
+	job, err := s.sched.NewJob(jd, gocron.NewTask(func() { s.scheduledRun(name) }), gocron.WithName(name))
+	if err != nil {
+		// New validated the schedule; this is not expected.
+		s.cfg.Log.Error().Err(err).Str(keyTable, name).Str("schedule", def.Schedule).Msg("schedule not added")
+		return
+	}
+	s.jobs[name] = job
+}
+
+// nextRun returns when table's schedule fires next, or nil.
+func (s *Server) nextRun(table string) *time.Time {
+	s.mu.Lock()
+	job, ok := s.jobs[table]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	t, err := job.NextRun()
+	if err != nil || t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// gocronLogger hands gocron's log lines to zerolog at debug level (warnings
+// and errors at theirs).
+type gocronLogger struct{ log zerolog.Logger }
+
+func (l gocronLogger) Debug(msg string, args ...any) {
+	l.log.Debug().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Info(msg string, args ...any) {
+	l.log.Debug().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Warn(msg string, args ...any) {
+	l.log.Warn().Fields(args).Msg("scheduler: " + msg)
+}
+func (l gocronLogger) Error(msg string, args ...any) {
+	l.log.Error().Fields(args).Msg("scheduler: " + msg)
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

@@ -1,0 +1,290 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// Log field keys.
+const (
+	keyTable      = "table"
+	keyGeneration = "generation"
+)
+
+// Bounds on requests and on shutdown.
+const (
+	// ShutdownGrace bounds how long Run lets requests in flight finish
+	// once its context ends.
+	ShutdownGrace = 5 * time.Second
+	// readHeaderTimeout and readTimeout bound reading a request (none has a
+	// body worth waiting for); writeTimeout bounds a response, and is
+	// renewed per chunk on the streaming routes (rows, export).
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 16 << 10
+)
+
+// Server is the daemon. New validates its Config; Run does the work.
+// Its methods are safe for concurrent use.
+type Server struct {
+	cfg     settings
+	metrics *metrics
+	clock   clockwork.Clock // tests hand a fake one before Run
+
+	mu       sync.Mutex
+	tables   map[string]tableDef // the configured tables, by name
+	runs     map[string]*runState
+	runSeq   uint64
+	db       *store.DB // set while Run serves
+	stopping bool
+	started  bool
+	sched    gocron.Scheduler
+	jobs     map[string]gocron.Job
+
+	runCtx  context.Context
+	runWG   sync.WaitGroup
+	tcpAddr net.Addr // the TCP listener's address while Run serves
+}
+
+// TCPAddr returns the address the TCP listener (Config.Listen) is bound to
+// while Run serves, nil otherwise: with port 0, the port the kernel chose.
+func (s *Server) TCPAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tcpAddr
+}
+
+// New validates cfg (a bad value is a *ConfigError) and returns a Server.
+// It opens nothing: Run does.
+func New(cfg Config) (*Server, error) {
+	set, err := validate(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if abs, err := filepath.Abs(set.Socket); err == nil {
+		set.Socket = abs // the holder record must name it from anywhere
+	}
+	s := &Server{cfg: set, clock: clockwork.NewRealClock(), runs: map[string]*runState{}, tables: map[string]tableDef{}}
+	for _, t := range set.tables {
+		s.tables[t.Name] = t
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
+}
+
+func (s *Server) now() time.Time { return s.clock.Now() }
+
+// Run opens the database read-write (a *store.LockedError naming the other
+// holder, and its socket if it is a daemon, when it is held), creates the
+// socket, calls ready (if not nil) once the socket serves, builds every
+// configured table that has no published generation, runs the schedules and
+// serves until ctx ends. Then it stops accepting, lets requests in flight
+// finish (at most ShutdownGrace), cancels running rebuilds (they publish
+// nothing), closes the database, removes the socket and returns nil.
+// Run may be called once.
+func (s *Server) Run(ctx context.Context, ready func()) (err error) {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("serve: Run called twice")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	db, err := store.Open(s.cfg.DBPath, &store.Options{
+		LockTimeout: s.cfg.LockTimeout, Command: s.cfg.command, PageCheck: s.cfg.PageCheck, Socket: s.cfg.Socket,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	s.metrics.observeTables(db)
+
+	unixLn, err := listenUnix(s.cfg.Socket, s.cfg.SocketMode, s.cfg.gid)
+	if err != nil {
+		return err
+	}
+	listeners := []net.Listener{unixLn}
+	servers := []*http.Server{s.httpServer(false)}
+	if s.cfg.Listen != "" {
+		tcpLn, err := net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			unixLn.Close()
+			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+		}
+		listeners = append(listeners, tcpLn)
+		servers = append(servers, s.httpServer(true))
+	}
+
+	runCtx, cancelRuns := context.WithCancel(ctx)
+	defer cancelRuns()
+	sched, err := gocron.NewScheduler(gocron.WithClock(s.clock), gocron.WithLogger(gocronLogger{s.cfg.Log}))
+	if err != nil {
+		for _, ln := range listeners {
+			ln.Close()
+		}
+		return fmt.Errorf("start the scheduler: %w", err)
+	}
+
+	s.mu.Lock()
+	s.db, s.runCtx, s.sched, s.jobs = db, runCtx, sched, map[string]gocron.Job{}
+	if len(listeners) > 1 {
+		s.tcpAddr = listeners[1].Addr()
+	}
+	s.mu.Unlock()
+
+	var serveWG sync.WaitGroup
+	for i, srv := range servers {
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			if err := srv.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Log.Error().Err(err).Str("addr", listeners[i].Addr().String()).Msg("serving stopped")
+			}
+		}()
+	}
+	s.cfg.Log.Info().Str("socket", s.cfg.Socket).Str("listen", s.cfg.Listen).Str("db", s.cfg.DBPath).Msg("serving")
+	if ready != nil {
+		ready()
+	}
+
+	s.mu.Lock()
+	names := s.configuredLocked()
+	s.mu.Unlock()
+	s.buildUnpublished(names)
+	s.mu.Lock()
+	for _, name := range names {
+		s.scheduleLocked(s.tables[name])
+	}
+	s.mu.Unlock()
+	sched.Start()
+
+	<-ctx.Done()
+	s.cfg.Log.Info().Msg("shutting down: no new requests; requests in flight may finish; running rebuilds are abandoned")
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	if err := sched.Shutdown(); err != nil {
+		s.cfg.Log.Warn().Err(err).Msg("scheduler shutdown")
+	}
+	cancelRuns()
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	var shutWG sync.WaitGroup
+	for _, srv := range servers {
+		shutWG.Add(1)
+		go func() {
+			defer shutWG.Done()
+			if err := srv.Shutdown(sctx); err != nil {
+				s.cfg.Log.Warn().Err(err).Msg("requests still in flight after the grace period; closing their connections")
+				srv.Close()
+			}
+		}()
+	}
+	shutWG.Wait()
+	serveWG.Wait()
+	s.runWG.Wait()
+	s.mu.Lock()
+	s.db, s.tcpAddr = nil, nil
+	s.mu.Unlock()
+	// The unix listener removed its socket file when it closed.
+	return nil
+}
+
+// configuredLocked returns the configured table names, sorted. Call with
+// s.mu held.
+func (s *Server) configuredLocked() []string {
+	names := make([]string, 0, len(s.tables))
+	for n := range s.tables {
+		names = append(names, n)
+	}
+	sortStrings(names)
+	return names
+}
+
+// buildUnpublished starts a run for each of names that has no published
+// generation.
+func (s *Server) buildUnpublished(names []string) {
+	s.mu.Lock()
+	db := s.db
+	s.mu.Unlock()
+	if db == nil {
+		return
+	}
+	metas, err := db.Tables()
+	if err != nil {
+		s.cfg.Log.Error().Err(err).Msg("list published tables")
+		return
+	}
+	published := map[string]bool{}
+	for _, m := range metas {
+		published[m.Name] = true
+	}
+	for _, n := range names {
+		if published[n] {
+			continue
+		}
+		if _, err := s.startRun(n, triggerStart); err != nil && !errors.Is(err, errRunning) {
+			s.cfg.Log.Debug().Str(keyTable, n).Err(err).Msg("first build not started")
+		}
+	}
+}
+
+// SetTables replaces the tables the daemon keeps fresh (SIGHUP reload):
+// added tables without a published generation are built, removed ones are
+// no longer built or scheduled but stay readable, and changed schedules
+// take effect. An invalid list is a *ConfigError and changes nothing.
+// Before Run it only replaces Config.Tables.
+func (s *Server) SetTables(tables []Table) error {
+	defs, err := validateTables(tables)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.tables
+	s.tables = map[string]tableDef{}
+	for _, d := range defs {
+		s.tables[d.Name] = d
+	}
+	var added []string
+	for _, d := range defs {
+		if _, ok := old[d.Name]; !ok {
+			added = append(added, d.Name)
+		}
+	}
+	if s.sched != nil && !s.stopping {
+		for name, job := range s.jobs {
+			if err := s.sched.RemoveJob(job.ID()); err != nil {
+				s.cfg.Log.Warn().Err(err).Str(keyTable, name).Msg("remove schedule")
+			}
+			delete(s.jobs, name)
+		}
+		for _, name := range s.configuredLocked() {
+			s.scheduleLocked(s.tables[name])
+		}
+	}
+	running := s.db != nil
+	s.mu.Unlock()
+	s.cfg.Log.Info().Strs("added", added).Int("tables", len(defs)).Msg("tables reloaded")
+	if running {
+		s.buildUnpublished(added)
+	}
+	return nil
+}
