@@ -102,4 +102,3 @@ func TestReadinessAndReload(t *testing.T) {
 		t.Fatal("an invalid SetTables changed the tables")
 	}
 }
-
