@@ -108,6 +108,25 @@ func TestScheduleFiresAndSkipsOverlap(t *testing.T) {
 	if diff := cmp.Diff(oracle{"run": "2"}, rows()); diff != "" {
 		t.Fatalf("after the scheduled run (-want +got):\n%s", diff)
 	}
+
+	// Reload: an unchanged schedule keeps its next run, a changed one
+	// starts from now, a removed table has none.
+	every, cron := c.table(t, "every"), c.table(t, "cron")
+	if err := s.SetTables([]Table{storeTable("every", "@every 10m", &builds, release), storeTable("cron", "*/5 * * * *", &cronBuilds, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.table(t, "every").NextRun; *got != *every.NextRun {
+		t.Fatalf("unchanged schedule: next_run %s, was %s", *got, *every.NextRun)
+	}
+	if err := s.SetTables([]Table{storeTable("every", "@every 1h", &builds, release)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := *c.table(t, "every").NextRun, fc.Now().Add(time.Hour).UTC().Format(time.RFC3339); got != want {
+		t.Fatalf("changed schedule: next_run %s, want %s", got, want)
+	}
+	if got := c.table(t, "cron"); got.NextRun != nil || got.Configured || *got.Generation != *cron.Generation {
+		t.Fatalf("removed table: next_run %v configured %v generation %d (was %d)", got.NextRun, got.Configured, *got.Generation, *cron.Generation)
+	}
 	d.stop(t)
 }
 
