@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -250,15 +251,32 @@ func TestShutdownMidRebuild(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	d, topic, old, neu, gen1 := rebuildSetup(t, nil)
 	p := parkMidRebuild(t, topic)
-	if r := d.c.do(t, "POST", "/v1/tables/t/rebuild", nil); r.status != http.StatusAccepted {
-		t.Fatalf("POST rebuild: %d %s", r.status, r.body)
-	}
+	// A request in flight when the shutdown starts: it waits for the run.
+	answer := make(chan response, 1)
+	go func() {
+		resp, err := d.c.hc.Post(d.c.base+"/v1/tables/t/rebuild?wait=1", "", nil)
+		if err != nil {
+			answer <- response{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- response{status: resp.StatusCode, body: b}
+	}()
 	waitParked(t, p)
 
 	// End Run first, then let the fetch go: the rebuild sees its context
 	// ended before it could publish.
 	d.cancel()
 	p.Release()
+	// The request in flight is answered: the run ended, interrupted, and
+	// the old generation is what is published.
+	r := <-answer
+	var res rebuildResult
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &res) != nil || res.ExitCode != 4 || res.Error == nil ||
+		!strings.Contains(*res.Error, "context canceled") || res.Generation == nil || *res.Generation != gen1 {
+		t.Fatalf("request in flight at shutdown: %d %s, want 200 with exit_code 4 and generation %d", r.status, r.body, gen1)
+	}
 	d.stop(t)
 	for _, f := range []string{d.s.cfg.Socket, store.HolderPath(d.s.cfg.DBPath)} {
 		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
@@ -293,8 +311,8 @@ func TestShutdownMidRebuild(t *testing.T) {
 	if diff := cmp.Diff(old, rows); diff != "" {
 		t.Fatalf("after restart (-old oracle +got):\n%s", diff)
 	}
-	r := d2.c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
-	var res rebuildResult
+	r = d2.c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
+	res = rebuildResult{}
 	if json.Unmarshal(r.body, &res) != nil || res.ExitCode != 0 || res.Generation == nil || *res.Generation <= gen1 {
 		t.Fatalf("rebuild after restart: %d %s", r.status, r.body)
 	}
