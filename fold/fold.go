@@ -9,11 +9,27 @@
 // unpublished generation of the table, so nothing a Folder does is visible to
 // readers until the caller publishes.
 //
+// # Record bytes
+//
+// This is the one statement of who owns a record's bytes, from the client to
+// the store. A Record's Key, Value and header values are immutable once the
+// Record is built: package replay builds each from the Kafka client's
+// message (the client allocates fresh bytes per message) and never writes
+// or reuses them, nor the batch slice, after handing a batch to its sink
+// (replay.Sink). Anyone else who builds Records for Fold (tests included)
+// must do the same. So a Folder may keep references to record bytes past the
+// Fold call without copying: Latest keeps the last record of each key until
+// it writes or spills it (RetainRecords, SortExternally). Bytes are copied
+// only where they must outlive the records' owner or are not record bytes:
+// the store copies what a transaction keeps (store.Generation.Write) unless
+// the fold promises it writes record values only (Latest's
+// PutsRecordValuesOnly, store.Generation.WriteStable), and run files are
+// copies on disk.
+//
 // # Caveats
 //
-// Slices handed to Fold (Record.Key, Record.Value) are only valid for the
-// duration of the call; a Folder that keeps bytes must copy them. Slices
-// returned by Table.Get and KV.Get are only valid until the next write.
+// Slices returned by Table.Get and KV.Get are only valid until the next
+// write: a Folder that keeps them must copy them.
 package fold
 
 import "time"

@@ -37,6 +37,7 @@ type Latest struct {
 	skips   skips
 
 	retained bool
+	external bool // SortExternally: Fold never writes; the caller drains Sorted
 	budget   int
 	held     map[string]heldRecord // the last record per key; keys alias record key bytes
 	heldLen  int                   // bytes accounted to held
@@ -133,11 +134,67 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 		}
 		l.held[k] = heldRecord{value: r.Value, partition: r.Partition, offset: r.Offset}
 	}
-	if !l.retained || l.heldLen >= l.budget {
+	if !l.retained || (l.heldLen >= l.budget && !l.external) {
 		return l.flushHeld(t)
 	}
 	return nil
 }
+
+// SortExternally is retained mode (see RetainRecords, whose promise about
+// record bytes the caller makes too) for a caller that sorts and stores the
+// rows itself: Fold keeps the last record per key and never writes to the
+// Table (which may be nil). When Full reports that the held rows reach
+// budget bytes, the caller writes Sorted somewhere (a run file) and calls
+// Reset; at the end it merges what it wrote with Sorted, newest last.
+// Finish still writes what is held, for a caller that does not merge.
+func (l *Latest) SortExternally(budget int) {
+	l.RetainRecords(budget)
+	l.external = true
+}
+
+// Full reports whether the held rows (keys, values and bookkeeping) reach
+// the budget given to SortExternally or RetainRecords.
+func (l *Latest) Full() bool { return l.heldLen >= l.budget }
+
+// Sorted returns the held rows in ascending key order, one per key: the
+// last record's value, nil for a tombstone (which deletes the key). The
+// rows stay held until Reset; do not call Fold while reading them.
+func (l *Latest) Sorted() *LatestRows {
+	keys := make([]string, 0, len(l.held))
+	for k := range l.held {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return &LatestRows{keys: keys, held: l.held}
+}
+
+// Reset forgets the held rows, after the caller has stored them.
+func (l *Latest) Reset() {
+	clear(l.held)
+	l.heldLen = 0
+}
+
+// LatestRows iterates over Latest's held rows in key order (Sorted).
+type LatestRows struct {
+	keys []string
+	held map[string]heldRecord
+	i    int
+}
+
+// Next returns the next row: key, and value (nil for a tombstone); ok is
+// false after the last. The slices are the records' own bytes. err is
+// always nil (the method has store.Sorted's shape).
+func (r *LatestRows) Next() (key, value []byte, ok bool, err error) {
+	if r.i == len(r.keys) {
+		return nil, nil, false, nil
+	}
+	k := r.keys[r.i]
+	r.i++
+	return unsafe.Slice(unsafe.StringData(k), len(k)), r.held[k].value, true, nil
+}
+
+// Len returns how many rows the iterator holds in all.
+func (r *LatestRows) Len() int { return len(r.keys) }
 
 // flushHeld writes the held records in key order and forgets them.
 func (l *Latest) flushHeld(t Table) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -15,11 +16,44 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// DefaultWriteBudget is how many bytes of record keys and values are folded
-// into one write transaction. Larger budgets mean fewer, bigger bbolt
-// commits (each one rewrites the touched pages and fsyncs); memory is
-// bounded by it, not by the number of records read.
-const DefaultWriteBudget = 32 << 20
+// DefaultMemory is a rebuild's memory bound when Options.Memory is 0
+// (--memory's default).
+const DefaultMemory = 256 << 20
+
+// memorySplit is how a rebuild divides its memory bound between the parts
+// that hold records. The Go parts get a third of what they may use at most,
+// because the garbage collector (GOGC=100) lets the heap grow to about twice
+// its live data, and the records the latest fold drops (an older value of a
+// key) are garbage until the next cycle:
+//
+//   - the client's prefetch queue, M/8: librdkafka's
+//     queued.max.messages.kbytes (C memory, no collector), which bounds the
+//     messages fetched but not yet polled across the partitions of the
+//     consumer's queue, unless -X sets it;
+//   - the writer's two record buffers (one filling while the other folds),
+//     M/16 each;
+//   - the latest fold's held rows, M/4, spilled as a sorted run when full.
+//     The merge at the end reads each run through a buffer of at most
+//     256 KiB (16 MiB in all), and by then the replay has released its
+//     buffers and queue.
+//
+// Live: 3M/8 of Go memory (about 3M/4 with garbage) plus M/8 of C, within M.
+type memorySplit struct {
+	prefetchKiB int // queued.max.messages.kbytes
+	buffer      int // bytes of records per writer buffer
+	hold        int // bytes of rows the latest fold holds before spilling
+}
+
+func splitMemory(m int64) memorySplit {
+	return memorySplit{
+		prefetchKiB: int(max(m/8/1024, 1)),
+		buffer:      int(max(m/16, 1)),
+		hold:        int(max(m/4, 1)),
+	}
+}
+
+// prefetchProp is the librdkafka property splitMemory sizes.
+const prefetchProp = "queued.max.messages.kbytes"
 
 // Options describe one rebuild.
 type Options struct {
@@ -27,8 +61,12 @@ type Options struct {
 	Table  string // default: the topic name
 	Replay replay.Config
 	Fold   fold.Folder // default: fold.NewLatest()
-	// WriteBudget bounds the record bytes buffered per write transaction.
-	// Default DefaultWriteBudget.
+	// Memory bounds the memory the rebuild's records and rows take: the
+	// client's prefetch queue, the writer's buffers, the fold's held rows
+	// (see memorySplit). Default DefaultMemory.
+	Memory int64
+	// WriteBudget overrides the bytes of records the writer buffers per
+	// hand-off to the fold (default: from Memory).
 	WriteBudget int
 	// AllowEmpty publishes a rebuild in which no record contributed a row
 	// over a table that has such rows. By default that rebuild is refused
@@ -58,8 +96,20 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if opts.Fold == nil {
 		opts.Fold = fold.NewLatest()
 	}
+	if opts.Memory <= 0 {
+		opts.Memory = DefaultMemory
+	}
+	split := splitMemory(opts.Memory)
 	if opts.WriteBudget <= 0 {
-		opts.WriteBudget = DefaultWriteBudget
+		opts.WriteBudget = split.buffer
+	}
+	if _, set := opts.Replay.Props[prefetchProp]; !set {
+		props := make(map[string]string, len(opts.Replay.Props)+1)
+		for k, v := range opts.Replay.Props {
+			props[k] = v
+		}
+		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
+		opts.Replay.Props = props
 	}
 	gen, err := opts.DB.Begin(opts.Table)
 	if err != nil {
@@ -76,7 +126,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	}()
 	log := opts.Log.With().Str("table", opts.Table).Uint64("generation", gen.ID()).Logger()
 
-	w := newWriter(gen, opts.Fold, opts.WriteBudget)
+	w := newWriter(gen, opts.Fold, opts.WriteBudget, split.hold)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.start(rctx)
@@ -141,7 +191,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		log.Warn().Interface("skipped_by_reason", bad).Msg("bad records were skipped (--on-bad-record skip); the table leaves them out")
 	}
 	log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
-		Int64("keys", published.Keys).Dur("took", time.Since(started)).Msg("published")
+		Int64("keys", published.Keys).Int("runs", w.runs).Dur("took", time.Since(started)).Msg("published")
 	return Report{Meta: published, Checkpoint: cp, Replay: res}, nil
 }
 

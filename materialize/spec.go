@@ -33,6 +33,7 @@ const (
 	FieldOnBadRecord        = "on_bad_record"
 	FieldEnd                = "end"
 	FieldStallTimeout       = "stall_timeout"
+	FieldMemory             = "memory"
 )
 
 // Spec is a table's full definition: where its records come from, how they
@@ -70,6 +71,9 @@ type Spec struct {
 	// AllowEmpty publishes a rebuild in which no record contributed a row
 	// over a table that has rows (Options.AllowEmpty).
 	AllowEmpty bool
+	// Memory bounds the bytes a rebuild's records and rows take in memory
+	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
+	Memory int64
 }
 
 // ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
@@ -119,7 +123,7 @@ func (s Spec) TableName() string {
 
 // Validate reports the first missing or invalid field as a *SpecError, in
 // a fixed order (topic, fold, the fold's fields, on_bad_record, end,
-// stall_timeout). It checks everything NewFolder needs, so a Spec that
+// stall_timeout, memory). It checks everything NewFolder needs, so a Spec that
 // validates builds its fold.
 func (s Spec) Validate() error {
 	bad := func(field, value, reason string, err error) error {
@@ -170,6 +174,9 @@ func (s Spec) Validate() error {
 	}
 	if s.StallTimeout < 0 {
 		return bad(FieldStallTimeout, s.StallTimeout.String(), "must be positive", nil)
+	}
+	if s.Memory < 0 {
+		return bad(FieldMemory, fmt.Sprint(s.Memory), "must be positive", nil)
 	}
 	return nil
 }
@@ -230,6 +237,7 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 		},
 		Fold:       f,
 		AllowEmpty: s.AllowEmpty,
+		Memory:     s.Memory,
 		Log:        log,
 	}, nil
 }

@@ -24,10 +24,19 @@ var errWriterFailed = errors.New("table writer failed")
 // The channel holds inBatches replay batches: enough that the replay keeps
 // polling through a slow commit (the first one, which lays out a fresh
 // tree, takes longest) instead of stalling on send.
+//
+// The latest fold is sorted externally instead (fold.Latest.SortExternally):
+// its Fold calls only update the rows it holds in memory, outside any
+// transaction; when they reach the hold budget, the folder stage writes them
+// as a sorted run file (store.Generation.SpillRun), and finish merges the
+// runs and the rows still held into the generation in key order
+// (store.Generation.WriteMerged), so bbolt only ever appends.
 type writer struct {
 	gen    *store.Generation
 	folder fold.Folder
 	budget int
+	sorter *fold.Latest // the folder, when sorted externally
+	runs   int          // run files spilled
 
 	in   chan []fold.Record
 	done chan struct{} // closed when both stages have ended
@@ -38,12 +47,19 @@ type writer struct {
 // inBatches is the capacity, in replay batches, of the writer's input.
 const inBatches = 8
 
-func newWriter(gen *store.Generation, f fold.Folder, budget int) *writer {
-	if r, ok := f.(recordRetainer); ok {
+// newWriter returns a writer that buffers budget bytes of records per
+// hand-off and, for the latest fold, holds up to hold bytes of rows in
+// memory before spilling a run.
+func newWriter(gen *store.Generation, f fold.Folder, budget, hold int) *writer {
+	w := &writer{gen: gen, folder: f, budget: budget,
+		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
+	if l, ok := f.(*fold.Latest); ok {
+		l.SortExternally(hold)
+		w.sorter = l
+	} else if r, ok := f.(recordRetainer); ok {
 		r.RetainRecords(budget)
 	}
-	return &writer{gen: gen, folder: f, budget: budget,
-		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
+	return w
 }
 
 func (w *writer) start(ctx context.Context) {
@@ -86,8 +102,33 @@ func (w *writer) write(fn func(t fold.Table) error) error {
 	return w.gen.Write(fn)
 }
 
-// finish runs the fold's Finish in one transaction, after close.
-func (w *writer) finish() error { return w.write(w.folder.Finish) }
+// finish runs the fold's Finish in one transaction, after close; for the
+// latest fold, it merges the runs and the held rows into the generation.
+func (w *writer) finish() error {
+	if w.sorter == nil {
+		return w.write(w.folder.Finish)
+	}
+	w.runs = w.gen.Runs()
+	err := w.gen.WriteMerged(w.sorter.Sorted())
+	w.sorter.Reset()
+	return err
+}
+
+// foldSorted folds one buffer into the rows the latest fold holds, and
+// spills them as a run once they reach the hold budget.
+func (w *writer) foldSorted(batch []fold.Record) error {
+	if err := w.sorter.Fold(nil, batch); err != nil {
+		return err
+	}
+	if !w.sorter.Full() {
+		return nil
+	}
+	if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
+		return err
+	}
+	w.sorter.Reset()
+	return nil
+}
 
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)
@@ -100,7 +141,11 @@ func (w *writer) loop(ctx context.Context) {
 		defer close(folded)
 		for pending := range full {
 			if foldErr == nil {
-				foldErr = w.write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
+				if w.sorter != nil {
+					foldErr = w.foldSorted(pending)
+				} else {
+					foldErr = w.write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
+				}
 				if foldErr != nil {
 					close(failed)
 				}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -56,8 +57,10 @@ type DB struct {
 	path     string
 	readOnly bool
 	cleaned  int
-	version  uint64 // the file's format version when opened
-	migrated uint64 // the version a read-write Open migrated from; 0 if none
+	files    int        // leftover run and compaction files a read-write Open removed
+	runsMu   sync.Mutex // run files: creating RunsDir vs removing it (runs.go)
+	version  uint64     // the file's format version when opened
+	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder
 }
 
@@ -77,7 +80,8 @@ const reopenLimit = 5
 // buckets of a new file, migrates a file of an older FormatVersion (in one
 // transaction, see Migrated), and removes every generation that no published
 // table points at: the leftovers of a rebuild that crashed or was killed
-// before publishing (see Cleaned).
+// before publishing (see Cleaned), and the run files and compaction
+// temporaries such a process left beside the file (see CleanedFiles).
 //
 // A read-only Open reads a file of an older format version as it is when
 // every migration since is marked readable (v1 files are: v2 only adds to
@@ -193,6 +197,9 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 			db.holder = &h
 		}
 		err = guard(path, func() error { return bdb.Update(db.initAndClean) })
+		if err == nil {
+			db.files, err = cleanFiles(path)
+		}
 	}
 	if err != nil {
 		_ = db.Close()
@@ -355,6 +362,11 @@ func (db *DB) FormatVersion() uint64 { return db.version }
 // crashed or was killed) the read-write Open removed. It is always 0 for a
 // read-only DB.
 func (db *DB) Cleaned() int { return db.cleaned }
+
+// CleanedFiles reports how many files a crashed rebuild or compaction left
+// beside the database (run files, a compaction's temporary file) the
+// read-write Open removed. Always 0 for a read-only DB.
+func (db *DB) CleanedFiles() int { return db.files }
 
 // Close closes the file and releases its lock, removing the holder record
 // first (while the lock still guarantees the record is this process's).

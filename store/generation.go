@@ -27,6 +27,12 @@ type Generation struct {
 	key   []byte
 	done  bool // published or aborted
 	arena arena
+	// runs are the run files SpillRun wrote, oldest first (runs.go).
+	runs []string
+	// keys is the row count WriteMerged counted; counted is false once
+	// anything else wrote rows, and Publish then walks the tree.
+	keys    int64
+	counted bool
 }
 
 // Begin creates a new, empty generation of table in its own committed
@@ -123,6 +129,7 @@ func (g *Generation) write(fn func(t fold.Table) error, copyValues bool) error {
 	// bbolt keeps references to values until the transaction ends; the arena
 	// is reset only after it has.
 	defer g.arena.reset()
+	g.counted = false
 	var fnErr error
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 		gb := g.bucket(tx)
@@ -249,7 +256,11 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		}
 
 		meta.Generation = g.id
-		meta.Keys = int64(rows.Stats().KeyN)
+		if g.counted {
+			meta.Keys = g.keys
+		} else {
+			meta.Keys = int64(rows.Stats().KeyN)
+		}
 		if err := setGenerationState(gb, StatePublished, uint64(meta.Keys)); err != nil {
 			return err
 		}
@@ -290,6 +301,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		return fmt.Errorf("publish generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
 	failpoint.Hit(failpoint.PublishCommitAfter) // a crash here leaves the new table and no old generation: nothing to clean
+	g.removeRuns()
 	g.done = true
 	g.arena.free()
 	return nil
@@ -298,6 +310,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 // Abort deletes the unpublished generation. It is idempotent, and a no-op
 // after a successful Publish, so `defer g.Abort()` is the usual pattern.
 func (g *Generation) Abort() error {
+	g.removeRuns()
 	if g.done {
 		return nil
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -76,6 +77,36 @@ var (
 	// fold-private index.
 	BucketIndex = []byte("index")
 )
+
+// Files beside the database (not inside it). They hold nothing a reader
+// needs, and a read-write Open (which holds the exclusive lock, so no
+// rebuild or compaction of this process or another is running) removes any
+// it finds:
+//
+//	FILE.runs/                    RunsDir: sorted runs of a rebuild's latest fold
+//	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runs.go)
+//	FILE.compact-<random>         CompactTempPrefix: a compaction's new file before its rename
+//
+// RunsDir is created at a rebuild's first spill and removed when a rebuild
+// leaves it empty. A FILE.runs that is not a directory is not ours: a
+// rebuild that must spill fails naming it, and Open leaves it alone.
+
+// RunsDir is the directory that holds the run files of the database at
+// path.
+func RunsDir(path string) string { return path + ".runs" }
+
+// RunPath is the file of run n of generation gen of the database at path.
+func RunPath(path string, gen uint64, n int) string {
+	return filepath.Join(RunsDir(path), fmt.Sprintf("%016x-%06d%s", gen, n, runSuffix))
+}
+
+// runSuffix ends every run file's name; Open removes the regular files in
+// RunsDir with it.
+const runSuffix = ".run"
+
+// CompactTempPrefix, after the database's file name, starts the name of
+// Compact's temporary file in the same directory.
+const CompactTempPrefix = ".compact-"
 
 // GenerationKey encodes a generation number as its bucket key: 8 bytes,
 // big-endian, so generations sort in the order they were begun.

@@ -32,6 +32,11 @@ const (
 	// A crash leaves the old table and an unpublished generation holding
 	// the rows committed so far, removed by the next read-write open.
 	FoldCommitAfter = "fold-commit-after"
+	// RunWritten is just after a rebuild closed a run file it spilled (the
+	// latest fold's rows beyond its memory budget, store.Generation.SpillRun).
+	// A crash leaves the old table, an empty unpublished generation and the
+	// run files written so far; the next read-write open removes all of it.
+	RunWritten = "run-written"
 	// PublishCommitBefore is in the publish transaction, after the table
 	// points at the new generation and the checkpoint is written, before
 	// the old generation is dropped and before the commit. A crash leaves
