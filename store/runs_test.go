@@ -1,0 +1,180 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// sliceRows is a Sorted over rows given in order; a nil value is a
+// tombstone.
+type sliceRows struct {
+	keys []string
+	vals [][]byte
+	i    int
+}
+
+func (s *sliceRows) Next() (key, value []byte, ok bool, err error) {
+	if s.i == len(s.keys) {
+		return nil, nil, false, nil
+	}
+	s.i++
+	return []byte(s.keys[s.i-1]), s.vals[s.i-1], true, nil
+}
+
+// batchRows sorts a batch's last value per key into a sliceRows.
+func batchRows(last map[string][]byte) *sliceRows {
+	s := &sliceRows{}
+	for k := range last {
+		s.keys = append(s.keys, k)
+	}
+	slices.Sort(s.keys)
+	for _, k := range s.keys {
+		s.vals = append(s.vals, last[k])
+	}
+	return s
+}
+
+// TestWriteMergedMatchesMapFold spills random batches of puts and
+// tombstones (some batches empty, some tombstones only, one hot key in
+// every batch) as runs, merges them with a last in-memory batch, and
+// compares the generation with a plain map fold of the same operations in
+// the same order. Publish's key count (counted by the merge) must equal the
+// rows.
+func TestWriteMergedMatchesMapFold(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for round := range 5 {
+		db := openTemp(t)
+		g, err := db.Begin("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		runs := 3 + rng.IntN(10)
+		var mem *sliceRows
+		for b := 0; b <= runs; b++ {
+			last := map[string][]byte{}
+			n := rng.IntN(200)
+			switch {
+			case b%4 == 1:
+				n = 0 // an empty run
+			}
+			tombsOnly := b%5 == 3
+			for range n {
+				k := fmt.Sprintf("k%04d", rng.IntN(300))
+				if tombsOnly || rng.IntN(4) == 0 {
+					last[k] = nil
+					continue
+				}
+				v := make([]byte, rng.IntN(3)*8) // some present empty values
+				for i := range v {
+					v[i] = byte('a' + rng.IntN(26))
+				}
+				last[k] = v
+			}
+			// The hot key: in every batch, a tombstone in every third.
+			if b%3 == 2 {
+				last["hot"] = nil
+			} else {
+				last["hot"] = fmt.Appendf(nil, "hot-%d", b)
+			}
+			for k, v := range last {
+				if v == nil {
+					delete(want, k)
+				} else {
+					want[k] = string(v)
+				}
+			}
+			if b == runs {
+				mem = batchRows(last)
+				break
+			}
+			if err := g.SpillRun(batchRows(last)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if g.Runs() != runs {
+			t.Fatalf("round %d: %d runs spilled, want %d", round, g.Runs(), runs)
+		}
+		if err := g.WriteMerged(mem); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(RunsDir(db.Path())); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("round %d: the runs directory is still there after the merge: %v", round, err)
+		}
+		if err := g.Publish(TableMeta{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, got := scanAll(t, db, "t")
+		gotS := map[string]string{}
+		for k, v := range got {
+			gotS[k] = string(v)
+		}
+		if d := cmp.Diff(want, gotS); d != "" {
+			t.Fatalf("round %d: rows (-map fold +merged):\n%s", round, d)
+		}
+		m, err := db.Table("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Keys != int64(len(want)) {
+			t.Fatalf("round %d: meta keys %d, want %d", round, m.Keys, len(want))
+		}
+	}
+}
+
+// TestOpenRemovesLeftoverFiles leaves run files and a compaction temporary
+// as a killed process would, and checks a read-only open keeps them and a
+// read-write open removes exactly them (not a FILE.runs that is a plain
+// file, not other files).
+func TestOpenRemovesLeftoverFiles(t *testing.T) {
+	db := openTemp(t)
+	path := db.Path()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(RunsDir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	left := []string{RunPath(path, 3, 1), RunPath(path, 3, 2), path + CompactTempPrefix + "123"}
+	for _, p := range append(left, path+".other") {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := Open(path, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ro.Close()
+	for _, p := range left {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a read-only open touched %s: %v", p, err)
+		}
+	}
+	rw, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if rw.CleanedFiles() != len(left) {
+		t.Fatalf("CleanedFiles %d, want %d", rw.CleanedFiles(), len(left))
+	}
+	for _, p := range append(left, RunsDir(path)) {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s survived the read-write open: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(path + ".other"); err != nil {
+		t.Fatalf("the open removed a file that is not its own: %v", err)
+	}
+}
