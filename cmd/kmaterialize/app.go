@@ -46,6 +46,7 @@ Try: kmaterialize demo`,
 			serveCommand(),
 			demoCommand(),
 			pageCheckCommand(),
+			compactCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -45,6 +45,14 @@ for up to --stall-timeout. Brokers that stay unreachable, or the topic deleted
 during the read, exit 5. Partitions added during the read are not read (a
 warning names them); ` + "`kmaterialize tables`" + ` shows the partitions a table covers.
 
+Memory is bounded by --memory (default 256MiB), whatever the number of
+records or keys: it covers the client's prefetch queue, the records being
+folded and the rows the fold holds. Rows beyond it are written, sorted, to
+temporary run files in FILE.runs/ beside the database (disk space: up to
+about the size of the table's rows), and merged into the table at the end;
+the run files are removed when the rebuild ends, and by the next open after
+a crash.
+
 A corrupt database (see kmaterialize check) stops the rebuild with exit 1;
 --replace-corrupt moves it aside to FILE.corrupt-<UTC time> instead, says
 where in the log, and builds a fresh database with this table only.
@@ -70,6 +78,7 @@ Examples:
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
 		}, foldFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := newRebuildOptions(c)
@@ -109,6 +118,9 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if o.spec, err = tableSpec(c); err != nil {
 		return nil, err
 	}
+	if o.spec.Memory, err = parseMemory(c.String("memory")); err != nil {
+		return nil, err
+	}
 	if c.IsSet("from-offsets") && c.IsSet("from-timestamp") {
 		return nil, usageErrorf("--from-offsets and --from-timestamp are exclusive")
 	}
@@ -130,6 +142,46 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// minMemory is the smallest --memory: below it the run files would be
+// tiny and many.
+const minMemory = 1 << 20
+
+// parseMemory parses --memory: bytes, or a number with a binary unit (KiB,
+// MiB, GiB; K, M, G and KB, MB, GB mean the same).
+func parseMemory(s string) (int64, error) {
+	bad := func(why string) error {
+		return &usageError{msg: fmt.Sprintf("--memory %q: %s", s, why), hint: "--memory 256MiB (a size: bytes, or a number with KiB, MiB or GiB; at least 1MiB)"}
+	}
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	}
+	var mult float64
+	switch unit {
+	case "", "b":
+		mult = 1
+	case "k", "kb", "kib":
+		mult = 1 << 10
+	case "m", "mb", "mib":
+		mult = 1 << 20
+	case "g", "gb", "gib":
+		mult = 1 << 30
+	default:
+		return 0, bad("unknown unit " + strconv.Quote(unit))
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 {
+		return 0, bad("not a size")
+	}
+	v := int64(n * mult)
+	if v < minMemory {
+		return 0, bad("below the minimum of 1MiB")
+	}
+	return v, nil
 }
 
 // parseOffsets parses "0=120,2=7".
@@ -216,6 +268,9 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	}
 	if n := db.Cleaned(); n > 0 {
 		log.Warn().Int("generations", n).Str("db", o.dbPath).Msg("removed unpublished generations left by an interrupted rebuild")
+	}
+	if n := db.CleanedFiles(); n > 0 {
+		log.Warn().Int("files", n).Str("db", o.dbPath).Msg("removed run files left by an interrupted rebuild or compaction")
 	}
 	opts, err := o.spec.Options(db, o.brokers, o.props, log)
 	if err != nil {

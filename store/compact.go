@@ -1,0 +1,116 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CompactResult is what Compact did.
+type CompactResult struct {
+	Before, After int64 // file sizes in bytes
+	Cleaned       int   // unpublished generations the open removed first
+}
+
+// compactTxBytes is how many bytes of keys and values bbolt's compaction
+// copies per transaction.
+const compactTxBytes = 64 << 20
+
+// Compact rewrites the database at path without its free pages: it opens it
+// read-write (opts as for Open: the exclusive lock, a *LockedError when
+// another process holds it, the page check; the open removes unpublished
+// generations first), copies every bucket, key and value into a new file in
+// the same directory (name CompactTempPrefix, full pages), fsyncs it,
+// renames it over path and fsyncs the directory. The rename is the commit
+// point: before it, any failure (or a crash) leaves the original untouched
+// and the temporary file is removed (by the next read-write Open after a
+// crash); after it, path is the compacted file. An Open that was waiting
+// for the lock notices the rename and opens the new file.
+func Compact(path string, opts *Options) (res CompactResult, err error) {
+	db, err := Open(path, opts)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	res.Cleaned = db.Cleaned()
+	fi, err := os.Stat(path)
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	res.Before = fi.Size()
+
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	tmp, err := os.CreateTemp(dir, base+CompactTempPrefix+"*")
+	if err != nil {
+		return res, fmt.Errorf("compact %s: create the new file in %s: %w", path, dir, err)
+	}
+	tmpPath := tmp.Name()
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = os.Remove(tmpPath)
+		}
+	}()
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		_ = tmp.Close()
+		return res, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return res, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
+	}
+	if err := compactInto(db.bolt, tmpPath); err != nil {
+		return res, fmt.Errorf("compact %s into %s: %w", path, tmpPath, err)
+	}
+	nfi, err := os.Stat(tmpPath)
+	if err != nil {
+		return res, fmt.Errorf("compact %s: %w", path, err)
+	}
+	res.After = nfi.Size()
+	if err := os.Rename(tmpPath, path); err != nil {
+		return res, fmt.Errorf("compact %s: rename %s over it: %w", path, tmpPath, err)
+	}
+	renamed = true
+	if err := syncDir(dir); err != nil {
+		return res, fmt.Errorf("compact %s: the compacted file is in place, but syncing directory %s failed: %w", path, dir, err)
+	}
+	return res, nil
+}
+
+// compactInto copies src into a new bbolt file at path and fsyncs it.
+func compactInto(src *bolt.DB, path string) error {
+	dst, err := bolt.Open(path, 0o600, &bolt.Options{
+		// One fsync at the end instead of one per transaction: until the
+		// rename nothing depends on this file.
+		NoSync:         true,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return err
+	}
+	err = bolt.Compact(dst, src, compactTxBytes)
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
