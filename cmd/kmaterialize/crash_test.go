@@ -486,9 +486,9 @@ func rebuildCleansUp(t *testing.T, topic, db string, wantGen uint64, cleaned int
 // check, the leftover generations are as the point's comment says, and the
 // next rebuild removes them and publishes exactly B.
 //
-// The rebuild folds the small topic in two write transactions: the writer's
-// one Fold call (latest retains its rows in memory, so it commits none) and
-// Finish (every row). @2 parks at the second, whose commit holds B's rows.
+// The latest fold holds the small topic's rows in memory and writes them in
+// one transaction at the end (the merge, which commits every 8 MiB): its
+// commit holds B's rows.
 func TestKill9AtFailpoint(t *testing.T) {
 	bin := failpointBinary(t)
 	cases := []struct {
@@ -500,9 +500,7 @@ func TestKill9AtFailpoint(t *testing.T) {
 		leftover string
 	}{
 		{failpoint.FoldCommitBefore, 1, "empty"},
-		{failpoint.FoldCommitAfter, 1, "empty"},
-		{failpoint.FoldCommitBefore + "@2", 1, "empty"},
-		{failpoint.FoldCommitAfter + "@2", 1, "B"},
+		{failpoint.FoldCommitAfter, 1, "B"},
 		{failpoint.PublishCommitBefore, 1, "B"},
 		{failpoint.PublishDropOld, 1, "B"},
 		{failpoint.PublishCommitAfter, 2, ""},
@@ -621,7 +619,7 @@ func TestDiskFull(t *testing.T) {
 	}{
 		{name: "fold-commit/write-past-limit", big: 48, limit: "1MiB", phase: "write generation 2 of table", op: "write"},
 		{name: "fold-commit/growth", big: 530, limit: "file", phase: "write generation 2 of table", op: "file resize error: truncate"},
-		{name: "fold-commit/nowrite", point: failpoint.FoldCommitBefore + "@2", phase: "write generation 2 of table", op: "write"},
+		{name: "fold-commit/nowrite", point: failpoint.FoldCommitBefore, phase: "write generation 2 of table", op: "write"},
 		{name: "publish/nowrite", point: failpoint.PublishCommitBefore, phase: "publish generation 2 of table", op: "write"},
 	}
 	for _, tc := range cases {

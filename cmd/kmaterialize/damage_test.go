@@ -81,6 +81,7 @@ func dbCommands(path string) map[string][]string {
 		"tables":  {"tables", "--db", path},
 		"rebuild": {"rebuild", "--db", path, "--brokers", "127.0.0.1:1", "--topic", "t", "--stall-timeout", "2s"},
 		"check":   {"check", "--db", path},
+		"compact": {"compact", "--db", path},
 	}
 }
 
