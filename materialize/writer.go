@@ -116,19 +116,30 @@ func (w *writer) finish() error {
 
 // foldSorted folds one buffer into the rows the latest fold holds, and
 // spills them as a run once they reach the hold budget.
+// It folds foldChunk records at a time, so a buffer bigger than the hold
+// budget still spills when the budget is reached, not after the whole
+// buffer.
 func (w *writer) foldSorted(batch []fold.Record) error {
-	if err := w.sorter.Fold(nil, batch); err != nil {
-		return err
+	for len(batch) > 0 {
+		n := min(len(batch), foldChunk)
+		if err := w.sorter.Fold(nil, batch[:n]); err != nil {
+			return err
+		}
+		batch = batch[n:]
+		if !w.sorter.Full() {
+			continue
+		}
+		if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
+			return err
+		}
+		w.sorter.Reset()
 	}
-	if !w.sorter.Full() {
-		return nil
-	}
-	if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
-		return err
-	}
-	w.sorter.Reset()
 	return nil
 }
+
+// foldChunk is how many records foldSorted folds between checks of the
+// hold budget.
+const foldChunk = 256
 
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)

@@ -85,8 +85,8 @@ func Compact(path string, opts *Options) (res CompactResult, err error) {
 // compactInto copies src into a new bbolt file at path and fsyncs it.
 func compactInto(src *bolt.DB, path string) error {
 	dst, err := bolt.Open(path, 0o600, &bolt.Options{
-		// One fsync at the end instead of one per transaction: until the
-		// rename nothing depends on this file.
+		// One fsync at the end (of the file, below) instead of one per
+		// transaction: until the rename nothing depends on this file.
 		NoSync:         true,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
@@ -95,8 +95,9 @@ func compactInto(src *bolt.DB, path string) error {
 		return err
 	}
 	err = bolt.Compact(dst, src, compactTxBytes)
+	var size int64
 	if err == nil {
-		err = dst.Sync()
+		err = dst.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
 	}
 	if cerr := dst.Close(); cerr != nil && err == nil {
 		err = cerr
@@ -108,7 +109,12 @@ func compactInto(src *bolt.DB, path string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	// bbolt grows a file ahead of its pages (to its mapping's size, or 16
+	// MiB beyond); the pages end at size, and nothing reads past them.
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
