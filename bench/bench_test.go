@@ -1,17 +1,19 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/metrics"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,12 +21,10 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/fold"
-	"github.com/kmaterialize/kmaterialize/internal/localkafka"
-	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/store"
 )
 
 const (
@@ -33,13 +33,53 @@ const (
 	valueSize  = 100
 )
 
-// fixture is the broker and the filled topic, shared by every benchmark
-// iteration (filling is not what is measured).
+// envRaw makes the test binary the raw-consume child: replay.Run with a
+// no-op sink against the broker at its value, then print the record count
+// and exit. The raw consume runs in a process of its own, like the rebuild
+// and kcat, so that all three pay the same process start and none shares a
+// heap with the benchmark.
+const envRaw = "KMATERIALIZE_BENCH_RAW_BROKERS"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(envRaw); addr != "" {
+		os.Exit(rawMain(addr))
+	}
+	code := m.Run()
+	if fix != nil {
+		fix.close()
+	}
+	os.Exit(code)
+}
+
+// rawProps are the consumer properties of the raw consume: the replay's
+// tuned defaults with the prefetch queue a rebuild with the default
+// --memory gets (materialize: DefaultMemory/8), so that the two differ only
+// by the fold and the store.
+var rawProps = map[string]string{"queued.max.messages.kbytes": strconv.Itoa(256 << 20 / 8 / 1024)}
+
+func rawMain(addr string) int {
+	res, err := replay.Run(context.Background(), replay.Config{
+		Brokers: addr, Topic: topic, Props: rawProps, StallTimeout: 30 * time.Second, Log: zerolog.Nop(),
+	}, func([]fold.Record) error { return nil })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(res.Records)
+	return 0
+}
+
+// fixture is the broker process, the built binaries and the filled topic,
+// shared by every benchmark iteration (filling is not what is measured).
 type fixture struct {
-	broker  *localkafka.Broker
-	records int
-	keys    int
-	fill    time.Duration
+	dir      string // built binaries
+	kmz      string
+	broker   *exec.Cmd
+	brokerIn io.WriteCloser
+	addr     string
+	records  int
+	keys     int
+	fill     time.Duration
 }
 
 var (
@@ -93,17 +133,61 @@ func valueOf(i int) []byte {
 	return v
 }
 
+func build(dir, name, pkg string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
 func newFixture(records, keys int) (*fixture, error) {
-	br, err := localkafka.Start()
+	dir, err := os.MkdirTemp("", "kmaterialize-bench-")
 	if err != nil {
 		return nil, err
 	}
-	if err := br.CreateTopic(topic, partitions, nil); err != nil {
-		br.Close()
+	f := &fixture{dir: dir, records: records, keys: min(records, keys)}
+	if f.kmz, err = build(dir, "kmaterialize", "github.com/kmaterialize/kmaterialize/cmd/kmaterialize"); err != nil {
 		return nil, err
 	}
+	brokerBin, err := build(dir, "kfakebroker", "github.com/kmaterialize/kmaterialize/bench/internal/kfakebroker")
+	if err != nil {
+		return nil, err
+	}
+	f.broker = exec.Command(brokerBin, "-topic", topic, "-partitions", strconv.Itoa(partitions))
+	f.broker.Stderr = os.Stderr
+	if f.brokerIn, err = f.broker.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := f.broker.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.broker.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		f.close()
+		return nil, fmt.Errorf("broker process: %w", err)
+	}
+	f.addr = strings.TrimSpace(line)
+	if err := f.fillTopic(); err != nil {
+		f.close()
+		return nil, err
+	}
+	fmt.Printf("bench: filled %s: %d records, %d keys, %d partitions, %dB values in %s (%.0f records/s); broker in its own process (pid %d) on %d CPUs\n",
+		topic, records, f.keys, partitions, valueSize, f.fill.Round(time.Millisecond),
+		float64(records)/f.fill.Seconds(), f.broker.Process.Pid, runtime.NumCPU())
+	return f, nil
+}
+
+func (f *fixture) fillTopic() error {
 	started := time.Now()
-	cl, err := br.Client(
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(f.addr),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.DefaultProduceTopic(topic),
 		kgo.ProducerLinger(50*time.Millisecond),
 		kgo.ProducerBatchMaxBytes(1<<20),
@@ -111,8 +195,7 @@ func newFixture(records, keys int) (*fixture, error) {
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	)
 	if err != nil {
-		br.Close()
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 	var (
@@ -121,8 +204,8 @@ func newFixture(records, keys int) (*fixture, error) {
 		wg       sync.WaitGroup
 	)
 	ctx := context.Background()
-	for i := 0; i < records; i++ {
-		k := keyOf(i, keys)
+	for i := 0; i < f.records; i++ {
+		k := keyOf(i, f.keys)
 		wg.Add(1)
 		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: partitionOf(k), Key: k, Value: valueOf(i)},
 			func(_ *kgo.Record, err error) {
@@ -138,88 +221,142 @@ func newFixture(records, keys int) (*fixture, error) {
 	}
 	wg.Wait()
 	if firstErr != nil {
-		br.Close()
-		return nil, fmt.Errorf("fill %s: %w", topic, firstErr)
+		return fmt.Errorf("fill %s: %w", topic, firstErr)
 	}
-	f := &fixture{broker: br, records: records, keys: min(records, keys), fill: time.Since(started)}
-	fmt.Printf("bench: filled %s: %d records, %d keys, %d partitions, %dB values in %s (%.0f records/s), kfake in-process on %d CPUs\n",
-		topic, records, f.keys, partitions, valueSize, f.fill.Round(time.Millisecond),
-		float64(records)/f.fill.Seconds(), runtime.NumCPU())
-	return f, nil
+	f.fill = time.Since(started)
+	return nil
 }
 
-func (f *fixture) replayConfig() replay.Config {
-	return replay.Config{
-		Brokers:      f.broker.Addr,
-		Topic:        topic,
-		StallTimeout: 30 * time.Second,
-		Log:          zerolog.Nop(),
+func (f *fixture) close() {
+	if f.brokerIn != nil {
+		_ = f.brokerIn.Close()
 	}
+	if f.broker != nil && f.broker.Process != nil {
+		done := make(chan struct{})
+		go func() { _ = f.broker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = f.broker.Process.Kill()
+			<-done
+		}
+	}
+	_ = os.RemoveAll(f.dir)
 }
 
-// rawConsume reads every partition to its high mark with the replay's own
-// consumer and settings, and drops the records.
-func (f *fixture) rawConsume(ctx context.Context) (time.Duration, int64, error) {
+// proc is what a child process cost: wall time (start to exit), the peak of
+// its resident anonymous memory (RssAnon: heap, stacks, librdkafka's
+// buffers; not the database file bbolt maps, which is page cache) and of
+// its whole resident set sampled every 10ms, and the kernel's maximum RSS
+// (rusage), which counts mapped file pages too.
+type proc struct {
+	took     time.Duration
+	peakAnon int64
+	peakRSS  int64
+	maxRSS   int64
+	cpu      time.Duration
+	stdout   string
+	stderr   string
+}
+
+// runChild runs cmd, sampling /proc/PID/status until it exits.
+func runChild(cmd *exec.Cmd) (proc, error) {
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var p proc
 	started := time.Now()
-	res, err := replay.Run(ctx, f.replayConfig(), func([]fold.Record) error { return nil })
-	return time.Since(started), res.Records, err
-}
-
-// heapPeak is what the sampler saw while a rebuild ran, above the live heap
-// measured (after a forced GC) just before it started: the broker's copy of
-// the topic lives in the same heap and is not the rebuild's.
-type heapPeak struct {
-	live uint64 // peak of the heap marked live by a GC cycle
-	heap uint64 // peak of heap objects, live or not yet swept
-}
-
-// rebuild runs a full rebuild into a fresh file under dir, and samples the
-// Go heap while it runs.
-func (f *fixture) rebuild(ctx context.Context, dir string) (time.Duration, materialize.Report, heapPeak, error) {
-	db, err := store.Open(filepath.Join(dir, "bench.db"), nil)
-	if err != nil {
-		return 0, materialize.Report{}, heapPeak{}, err
+	if err := cmd.Start(); err != nil {
+		return p, err
 	}
-	defer db.Close()
-	stop := make(chan struct{})
-	peak := make(chan heapPeak)
-	runtime.GC()
-	base := readHeap()
+	done := make(chan struct{})
+	sampled := make(chan struct{})
 	go func() {
-		var max heapPeak
+		defer close(sampled)
+		status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
-			h := readHeap()
-			if h.live > base.live {
-				max.live = maxu(max.live, h.live-base.live)
-			}
-			if h.heap > base.live {
-				max.heap = maxu(max.heap, h.heap-base.live)
-			}
+			anon, rss := readStatus(status)
+			p.peakAnon, p.peakRSS = max(p.peakAnon, anon), max(p.peakRSS, rss)
 			select {
-			case <-t.C:
-			case <-stop:
-				peak <- max
+			case <-done:
 				return
+			case <-t.C:
 			}
 		}
 	}()
-	started := time.Now()
-	rep, err := materialize.Rebuild(ctx, materialize.Options{DB: db, Table: "bench", Replay: f.replayConfig(), Log: zerolog.Nop()})
-	took := time.Since(started)
-	close(stop)
-	return took, rep, <-peak, err
+	err := cmd.Wait()
+	p.took = time.Since(started)
+	close(done)
+	<-sampled
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		p.maxRSS = ru.Maxrss << 10
+		p.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	p.stdout, p.stderr = out.String(), errb.String()
+	if err != nil {
+		return p, fmt.Errorf("%s: %w\n%s", filepath.Base(cmd.Path), err, errb.String())
+	}
+	return p, nil
 }
 
-func maxu(a, b uint64) uint64 { return max(a, b) }
+// readStatus returns RssAnon and VmRSS in bytes (0 once the process is
+// gone).
+func readStatus(path string) (anon, rss int64) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[0], 10, 64)
+		switch name {
+		case "RssAnon":
+			anon = kb << 10
+		case "VmRSS":
+			rss = kb << 10
+		}
+	}
+	return anon, rss
+}
 
-// readHeap reads the heap without stopping the world (unlike
-// runtime.ReadMemStats).
-func readHeap() heapPeak {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return heapPeak{live: s[0].Value.Uint64(), heap: s[1].Value.Uint64()}
+// rawConsume runs the raw-consume child and checks it read every record.
+func (f *fixture) rawConsume() (proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return proc{}, err
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRaw+"="+f.addr)
+	p, err := runChild(cmd)
+	if err != nil {
+		return p, err
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(p.stdout)); n != f.records {
+		return p, fmt.Errorf("raw consume read %q records, want %d", p.stdout, f.records)
+	}
+	return p, nil
+}
+
+// rebuild runs `kmaterialize rebuild` of the topic into db as a child.
+func (f *fixture) rebuild(db string, extra ...string) (proc, error) {
+	args := append([]string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", topic, "--db", db}, extra...)
+	p, err := runChild(exec.Command(f.kmz, args...))
+	if err != nil {
+		return p, err
+	}
+	want := fmt.Sprintf("%d keys, %d records read", f.keys, f.records)
+	if !strings.Contains(p.stdout, want) {
+		return p, fmt.Errorf("rebuild printed %q, want %q", p.stdout, want)
+	}
+	return p, nil
 }
 
 // kcatArgs is the kcat command line the benchmark times: the issue's,
@@ -234,35 +371,28 @@ func kcatArgs(addr string) []string {
 // read every record; it reaches the end by an empty fetch, which the broker
 // holds for fetch.wait.max.ms (librdkafka's default, 500ms) before
 // answering: that wait is part of its time, as it is of any kcat run.
-func (f *fixture) kcat(ctx context.Context) (time.Duration, error) {
+func (f *fixture) kcat() (proc, error) {
 	path, err := exec.LookPath("kcat")
 	if err != nil {
-		return 0, err
+		return proc{}, err
 	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer devnull.Close()
-	cmd := exec.CommandContext(ctx, path, kcatArgs(f.broker.Addr)...)
-	cmd.Stdout = devnull
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	started := time.Now()
-	err = cmd.Run()
-	took := time.Since(started)
-	if err != nil {
-		return took, fmt.Errorf("kcat: %w: %s", err, stderr.String())
-	}
-	return took, nil
+	return runChild(exec.Command(path, kcatArgs(f.addr)...))
 }
 
-// cpuTime is the process's user+system CPU time so far: the broker's, the
-// clients' (librdkafka threads included) and the writer's.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// fileSize returns the database file's size and bbolt's high-water mark
+// (the bytes of pages in use or free).
+func fileSize(path string) (file, pages int64, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error { pages = tx.Size(); return nil })
+	return fi.Size(), pages, err
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -274,80 +404,144 @@ func median(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+func medianF(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
 // BenchmarkRebuild runs rounds of: a raw consume of the whole topic, a full
-// rebuild of it, and kcat when it is installed. One op is one round; the
-// reported rates and ratio are medians over the rounds (use -benchtime 5x
-// for five; the ratio is the median of the rounds' ratios), because the broker, the clients and the writer share the
-// machine's cores and single runs vary.
+// rebuild of it into a fresh file (the built binary, default --memory), and
+// kcat when it is installed, each in its own process, against the broker in
+// its own process. One op is one round; the reported times and the ratio
+// are medians over the rounds (use -benchtime 3x for three). The first
+// round's file is then compacted, to compare the rebuild's file with the
+// same table compacted. KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the
+// first round's rebuild.
 func BenchmarkRebuild(b *testing.B) {
 	f := getFixture(b)
-	ctx := context.Background()
 	var raws, rebuilds, kcats []time.Duration
 	var ratios []float64
-	var peak heapPeak
+	var rebAnon, rebRSS, rebMax, rawAnon, rawMax int64
 	_, kcatErr := exec.LookPath("kcat")
 	if kcatErr != nil {
 		fmt.Println("bench: kcat not found")
 	}
+	var file, pages int64
+	var dbFile string
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		cpu0 := cpuTime()
-		rawTook, n, err := f.rawConsume(ctx)
+		raw, err := f.rawConsume()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if n != int64(f.records) {
-			b.Fatalf("raw consume read %d records, want %d", n, f.records)
+		db := filepath.Join(b.TempDir(), "bench.db")
+		var extra []string
+		if p := os.Getenv("KMATERIALIZE_BENCH_CPUPROFILE"); p != "" && i == 0 {
+			extra = append(extra, "--cpuprofile", p)
 		}
-		cpu1 := cpuTime()
-		rebTook, rep, heap, err := f.rebuild(ctx, b.TempDir())
+		reb, err := f.rebuild(db, extra...)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rep.Meta.Records != int64(f.records) || rep.Meta.Keys != int64(f.keys) {
-			b.Fatalf("rebuild folded %d records into %d keys, want %d into %d", rep.Meta.Records, rep.Meta.Keys, f.records, f.keys)
+		if i == 0 {
+			dbFile = db
+			if file, pages, err = fileSize(db); err != nil {
+				b.Fatal(err)
+			}
 		}
-		cpu2 := cpuTime()
-		raws, rebuilds = append(raws, rawTook), append(rebuilds, rebTook)
-		ratios = append(ratios, rebTook.Seconds()/rawTook.Seconds())
-		peak.live = max(peak.live, heap.live)
-		peak.heap = max(peak.heap, heap.heap)
+		raws, rebuilds = append(raws, raw.took), append(rebuilds, reb.took)
+		ratios = append(ratios, reb.took.Seconds()/raw.took.Seconds())
+		rebAnon, rebRSS, rebMax = max(rebAnon, reb.peakAnon), max(rebRSS, reb.peakRSS), max(rebMax, reb.maxRSS)
+		rawAnon, rawMax = max(rawAnon, raw.peakAnon), max(rawMax, raw.maxRSS)
 		kcatLine := ""
 		if kcatErr == nil {
-			took, err := f.kcat(ctx)
+			k, err := f.kcat()
 			if err != nil {
 				b.Fatal(err)
 			}
-			kcats = append(kcats, took)
-			kcatLine = fmt.Sprintf(", kcat %s", took.Round(time.Millisecond))
+			kcats = append(kcats, k.took)
+			kcatLine = fmt.Sprintf(", kcat %s", k.took.Round(time.Millisecond))
 		}
-		fmt.Printf("bench: round %d: raw consume %s (cpu %s), rebuild %s (cpu %s), %.2fx%s\n", i+1,
-			rawTook.Round(time.Millisecond), (cpu1 - cpu0).Round(time.Millisecond),
-			rebTook.Round(time.Millisecond), (cpu2 - cpu1).Round(time.Millisecond),
-			rebTook.Seconds()/rawTook.Seconds(), kcatLine)
+		fmt.Printf("bench: round %d: raw consume %s (cpu %s, anon %.0f MiB), rebuild %s (cpu %s, anon %.0f MiB, rss %.0f MiB, maxrss %.0f MiB), %.2fx%s\n", i+1,
+			raw.took.Round(time.Millisecond), raw.cpu.Round(time.Millisecond), mib(raw.peakAnon),
+			reb.took.Round(time.Millisecond), reb.cpu.Round(time.Millisecond), mib(reb.peakAnon), mib(reb.peakRSS), mib(reb.maxRSS),
+			reb.took.Seconds()/raw.took.Seconds(), kcatLine)
 	}
 	b.StopTimer()
+	c, err := runChild(exec.Command(f.kmz, "compact", "--db", dbFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	compacted, _, err := fileSize(dbFile)
+	if err != nil {
+		b.Fatal(err)
+	}
 	recs := float64(f.records)
 	raw, reb := median(raws), median(rebuilds)
-	// The ratio is the median of each round's ratio: a round's raw
-	// consume and rebuild run back to back, under the same conditions.
-	slices.Sort(ratios)
-	ratio := ratios[len(ratios)/2]
-	if len(ratios)%2 == 0 {
-		ratio = (ratios[len(ratios)/2-1] + ratios[len(ratios)/2]) / 2
-	}
+	ratio := medianF(ratios)
 	b.ReportMetric(recs/raw.Seconds(), "raw-rec/s")
 	b.ReportMetric(recs/reb.Seconds(), "rebuild-rec/s")
 	b.ReportMetric(ratio, "rebuild/raw")
-	b.ReportMetric(float64(peak.live)/(1<<20), "rebuild-peak-live-MiB")
-	b.ReportMetric(float64(peak.heap)/(1<<20), "rebuild-peak-heap-MiB")
+	b.ReportMetric(mib(rebAnon), "rebuild-peak-anon-MiB")
+	b.ReportMetric(mib(rebMax), "rebuild-maxrss-MiB")
+	b.ReportMetric(float64(file)/float64(compacted), "file/compacted")
 	kcatLine := "kcat not found"
 	if len(kcats) > 0 {
 		k := median(kcats)
 		b.ReportMetric(recs/k.Seconds(), "kcat-rec/s")
-		kcatLine = fmt.Sprintf("kcat %.0f records/s (%s)", recs/k.Seconds(), k.Round(time.Millisecond))
+		kcatLine = fmt.Sprintf("kcat %s (%.0f records/s)", k.Round(time.Millisecond), recs/k.Seconds())
 	}
-	fmt.Printf("bench: %d records, median of %d rounds: raw consume %.0f records/s (%s), rebuild %.0f records/s (%s), rebuild/raw %.2fx; %s; rebuild peak Go heap +%.0f MiB live (+%.0f MiB with garbage)\n",
-		f.records, b.N, recs/raw.Seconds(), raw.Round(time.Millisecond), recs/reb.Seconds(), reb.Round(time.Millisecond),
-		ratio, kcatLine, float64(peak.live)/(1<<20), float64(peak.heap)/(1<<20))
+	fmt.Printf("bench: %d records, %d keys, median of %d rounds: raw consume %s (%.0f records/s), rebuild %s (%.0f records/s), rebuild/raw %.2fx; %s\n",
+		f.records, f.keys, b.N, raw.Round(time.Millisecond), recs/raw.Seconds(), reb.Round(time.Millisecond), recs/reb.Seconds(), ratio, kcatLine)
+	fmt.Printf("bench: rebuild peak RssAnon %.0f MiB, peak VmRSS %.0f MiB, rusage maxrss %.0f MiB; raw consume peak RssAnon %.0f MiB, maxrss %.0f MiB\n",
+		mib(rebAnon), mib(rebRSS), mib(rebMax), mib(rawAnon), mib(rawMax))
+	fmt.Printf("bench: file after a fresh rebuild %.1f MiB (pages %.1f MiB); after compact %.1f MiB (%.2fx; compact took %s)\n",
+		mib(file), mib(pages), mib(compacted), float64(file)/float64(compacted), c.took.Round(time.Millisecond))
+}
+
+// BenchmarkRebuildFileSize rebuilds the topic into one file 10 times in a
+// row (one op) and compares the file with a fresh rebuild's and with the
+// same file compacted.
+func BenchmarkRebuildFileSize(b *testing.B) {
+	f := getFixture(b)
+	for i := 0; i < b.N; i++ {
+		fresh := filepath.Join(b.TempDir(), "fresh.db")
+		if _, err := f.rebuild(fresh); err != nil {
+			b.Fatal(err)
+		}
+		freshFile, freshPages, err := fileSize(fresh)
+		if err != nil {
+			b.Fatal(err)
+		}
+		db := filepath.Join(b.TempDir(), "ten.db")
+		var took []time.Duration
+		for range 10 {
+			p, err := f.rebuild(db)
+			if err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, p.took)
+		}
+		file, pages, err := fileSize(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := runChild(exec.Command(f.kmz, "compact", "--db", db)); err != nil {
+			b.Fatal(err)
+		}
+		compacted, _, err := fileSize(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(file)/float64(freshFile), "ten/fresh")
+		b.ReportMetric(float64(file)/float64(compacted), "ten/compacted")
+		fmt.Printf("bench: 10 rebuilds (median %s): file %.1f MiB (pages %.1f MiB) vs a fresh rebuild's %.1f MiB (pages %.1f MiB): %.2fx; compacted %.1f MiB\n",
+			median(took).Round(time.Millisecond), mib(file), mib(pages), mib(freshFile), mib(freshPages), float64(file)/float64(freshFile), mib(compacted))
+	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +80,7 @@ Examples:
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the rebuild to `FILE` (for the benchmark)"},
 			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
 		}, foldFlags()...),
 		Action: func(c *cli.Context) error {
@@ -142,6 +145,20 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// startCPUProfile writes a CPU profile to path until the returned function
+// is called (the hidden --cpuprofile, for bench/RESULTS.md).
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 // minMemory is the smallest --memory: below it the run files would be
@@ -281,6 +298,13 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	opts.Replay.Progress = prog.update
 	opts.Replay.ProgressInterval = prog.tick()
 	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
+	if p := c.String("cpuprofile"); p != "" {
+		stopProfile, err := startCPUProfile(p)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	rep, err := materialize.Rebuild(c.Context, opts)
 	prog.finish()
 	if err != nil {
