@@ -16,15 +16,13 @@
 // Record is built: package replay builds each from the Kafka client's
 // message (the client allocates fresh bytes per message) and never writes
 // or reuses them, nor the batch slice, after handing a batch to its sink
-// (replay.Sink). Anyone else who builds Records for Fold (tests included)
-// must do the same. So a Folder may keep references to record bytes past the
-// Fold call without copying: Latest keeps the last record of each key until
-// it writes or spills it (RetainRecords, SortExternally). Bytes are copied
-// only where they must outlive the records' owner or are not record bytes:
-// the store copies what a transaction keeps (store.Generation.Write) unless
-// the fold promises it writes record values only (Latest's
-// PutsRecordValuesOnly, store.Generation.WriteStable), and run files are
-// copies on disk.
+// (replay.Sink), which may keep them. A Folder may read them during Fold
+// and must copy what it keeps beyond the call: Latest copies the last
+// record of each key into its own chunks (held.go), and the store copies
+// what a write transaction keeps (store.Generation.Write) and what a merge
+// writes (run files, store.Generation.WriteMerged). So record bytes have
+// one owner at a time: the replay's batch until Fold returns, then
+// garbage; copies have the fold or the store as their owner.
 //
 // # Caveats
 //

@@ -2,8 +2,6 @@ package fold
 
 import (
 	"fmt"
-	"slices"
-	"unsafe"
 )
 
 // Latest is the "latest" fold: the table holds, for every record key, the
@@ -39,19 +37,8 @@ type Latest struct {
 	retained bool
 	external bool // SortExternally: Fold never writes; the caller drains Sorted
 	budget   int
-	held     map[string]heldRecord // the last record per key; keys alias record key bytes
-	heldLen  int                   // bytes accounted to held
+	held     *held // the last record per key, copied (held.go)
 }
-
-// heldRecord is the last record seen for a key.
-type heldRecord struct {
-	value     []byte // nil: a tombstone
-	partition int32
-	offset    int64
-}
-
-// heldOverhead is the per-key bookkeeping counted against the budget.
-const heldOverhead = 64
 
 // LatestConfig configures a "latest" fold. The zero value is the default.
 type LatestConfig struct {
@@ -67,7 +54,7 @@ func NewLatest() *Latest { return NewLatestWith(LatestConfig{}) }
 
 // NewLatestWith returns a "latest" fold configured by cfg.
 func NewLatestWith(cfg LatestConfig) *Latest {
-	return &Latest{cfg: cfg, skips: skips{on: cfg.OnBadRecord}, held: make(map[string]heldRecord)}
+	return &Latest{cfg: cfg, skips: skips{on: cfg.OnBadRecord}, held: newHeld()}
 }
 
 // RetainRecords switches l to retained mode: l keeps the last record per key
@@ -75,21 +62,12 @@ func NewLatestWith(cfg LatestConfig) *Latest {
 // hold budget bytes (keys, values and bookkeeping) and at Finish, so a key
 // updated many times is written once per flush instead of once per batch,
 // and a table that fits the budget is written in one sorted pass. Memory is
-// bounded by budget, not by the number of records.
-//
-// The caller promises that the Key and Value bytes of every record handed to
-// Fold stay unchanged until Finish returns (the replay never reuses them):
-// retained mode keeps references instead of copies. Call it before the
-// first Fold.
+// bounded by budget, not by the number of records. Call it before the first
+// Fold.
 func (l *Latest) RetainRecords(budget int) {
 	l.retained = true
 	l.budget = budget
 }
-
-// PutsRecordValuesOnly reports that every value Latest writes is a record's
-// Value slice, unchanged and not copied: a caller whose record bytes outlive
-// the write transaction may let the store skip copying them.
-func (l *Latest) PutsRecordValuesOnly() bool { return true }
 
 // Name returns "latest".
 func (l *Latest) Name() string { return "latest" }
@@ -99,11 +77,11 @@ func (l *Latest) Params() map[string]string { return map[string]string{} }
 
 // Fold applies batch to t. Records must come in offset order within their
 // partition, as Folder requires. On a Table error, Fold returns it wrapped
-// with the position of the record being written; the table is then partly
-// written and must not be published.
+// with the key being written; the table is then partly written and must not
+// be published.
 func (l *Latest) Fold(t Table, batch []Record) error {
 	if l.held == nil {
-		l.held = make(map[string]heldRecord)
+		l.held = newHeld()
 	}
 	l.records += int64(len(batch))
 	for i := range batch {
@@ -123,26 +101,17 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 			}
 			continue
 		}
-		// The key aliases the record's bytes: valid until the end of this
-		// call, or until Finish in retained mode (RetainRecords); held is
-		// flushed and emptied before either ends.
-		k := unsafe.String(unsafe.SliceData(r.Key), len(r.Key))
-		if old, ok := l.held[k]; ok {
-			l.heldLen += len(r.Value) - len(old.value)
-		} else {
-			l.heldLen += len(k) + len(r.Value) + heldOverhead
-		}
-		l.held[k] = heldRecord{value: r.Value, partition: r.Partition, offset: r.Offset}
+		// Copied: the record's bytes are not kept (held.go).
+		l.held.put(r.Key, r.Value)
 	}
-	if !l.retained || (l.heldLen >= l.budget && !l.external) {
+	if !l.retained || (l.held.bytes >= l.budget && !l.external) {
 		return l.flushHeld(t)
 	}
 	return nil
 }
 
-// SortExternally is retained mode (see RetainRecords, whose promise about
-// record bytes the caller makes too) for a caller that sorts and stores the
-// rows itself: Fold keeps the last record per key and never writes to the
+// SortExternally is retained mode (see RetainRecords) for a caller that
+// sorts and stores the rows itself: Fold keeps the last record per key and never writes to the
 // Table (which may be nil). When Full reports that the held rows reach
 // budget bytes, the caller writes Sorted somewhere (a run file) and calls
 // Reset; at the end it merges what it wrote with Sorted, newest last.
@@ -154,77 +123,69 @@ func (l *Latest) SortExternally(budget int) {
 
 // Full reports whether the held rows (keys, values and bookkeeping) reach
 // the budget given to SortExternally or RetainRecords.
-func (l *Latest) Full() bool { return l.heldLen >= l.budget }
+func (l *Latest) Full() bool { return l.held.bytes >= l.budget }
 
 // Sorted returns the held rows in ascending key order, one per key: the
 // last record's value, nil for a tombstone (which deletes the key). The
 // rows stay held until Reset; do not call Fold while reading them.
 func (l *Latest) Sorted() *LatestRows {
-	keys := make([]string, 0, len(l.held))
-	for k := range l.held {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return &LatestRows{keys: keys, held: l.held}
+	return &LatestRows{es: l.held.sorted(), held: l.held}
 }
 
-// Reset forgets the held rows, after the caller has stored them.
-func (l *Latest) Reset() {
-	clear(l.held)
-	l.heldLen = 0
-}
+// Reset forgets the held rows, after the caller has stored them; the bytes
+// Sorted returned are reused.
+func (l *Latest) Reset() { l.held.reset() }
 
 // LatestRows iterates over Latest's held rows in key order (Sorted).
 type LatestRows struct {
-	keys []string
-	held map[string]heldRecord
+	es   []sortEntry
+	held *held
 	i    int
 }
 
 // Next returns the next row: key, and value (nil for a tombstone); ok is
-// false after the last. The slices are the records' own bytes. err is
-// always nil (the method has store.Sorted's shape).
+// false after the last. The slices are valid until Reset. err is always
+// nil (the method has store.Sorted's shape).
 func (r *LatestRows) Next() (key, value []byte, ok bool, err error) {
-	if r.i == len(r.keys) {
+	if r.i == len(r.es) {
 		return nil, nil, false, nil
 	}
-	k := r.keys[r.i]
+	e := r.es[r.i]
 	r.i++
-	return unsafe.Slice(unsafe.StringData(k), len(k)), r.held[k].value, true, nil
+	key, value = r.held.entry(e.chunk, e.off)
+	return key, value, true, nil
 }
 
 // Len returns how many rows the iterator holds in all.
-func (r *LatestRows) Len() int { return len(r.keys) }
+func (r *LatestRows) Len() int { return len(r.es) }
 
-// flushHeld writes the held records in key order and forgets them.
+// flushHeld writes the held records in key order and forgets them. The
+// Table copies what it keeps (the held bytes are reused after this call).
 func (l *Latest) flushHeld(t Table) error {
-	keys := make([]string, 0, len(l.held))
-	for k := range l.held {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		h := l.held[k]
-		key := unsafe.Slice(unsafe.StringData(k), len(k))
-		if h.value == nil {
+	rows := l.Sorted()
+	for {
+		key, value, ok, _ := rows.Next()
+		if !ok {
+			break
+		}
+		if value == nil {
 			if err := t.Delete(key); err != nil {
-				return fmt.Errorf("fold latest: delete key of %d@%d: %w", h.partition, h.offset, err)
+				return fmt.Errorf("fold latest: delete key %q: %w", key, err)
 			}
 			continue
 		}
-		if err := t.Put(key, h.value); err != nil {
-			return fmt.Errorf("fold latest: put key of %d@%d: %w", h.partition, h.offset, err)
+		if err := t.Put(key, value); err != nil {
+			return fmt.Errorf("fold latest: put key %q: %w", key, err)
 		}
 	}
-	clear(l.held)
-	l.heldLen = 0
+	l.Reset()
 	return nil
 }
 
 // Finish writes what retained mode still holds; without it every Fold call
 // has left the table complete.
 func (l *Latest) Finish(t Table) error {
-	if len(l.held) == 0 {
+	if l.held.n == 0 {
 		return nil
 	}
 	return l.flushHeld(t)

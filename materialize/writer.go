@@ -56,8 +56,6 @@ func newWriter(gen *store.Generation, f fold.Folder, budget, hold int) *writer {
 	if l, ok := f.(*fold.Latest); ok {
 		l.SortExternally(hold)
 		w.sorter = l
-	} else if r, ok := f.(recordRetainer); ok {
-		r.RetainRecords(budget)
 	}
 	return w
 }
@@ -83,24 +81,8 @@ func (w *writer) close() error {
 	return w.err
 }
 
-// recordValuesOnly is implemented by folds whose every Put value is a
-// record's value bytes, unchanged (fold.Latest). The replay never reuses
-// those bytes, so the store may keep them without copying.
-type recordValuesOnly interface{ PutsRecordValuesOnly() bool }
-
-// recordRetainer is implemented by folds that can hold on to records across
-// Fold calls (fold.Latest): the replay never reuses record bytes, so they
-// stay valid until Finish, and the fold may keep up to budget bytes of them.
-type recordRetainer interface{ RetainRecords(budget int) }
-
-// write folds one buffer in one transaction, without copying values when
-// the fold only writes record bytes.
-func (w *writer) write(fn func(t fold.Table) error) error {
-	if f, ok := w.folder.(recordValuesOnly); ok && f.PutsRecordValuesOnly() {
-		return w.gen.WriteStable(fn)
-	}
-	return w.gen.Write(fn)
-}
+// write folds one buffer in one transaction.
+func (w *writer) write(fn func(t fold.Table) error) error { return w.gen.Write(fn) }
 
 // finish runs the fold's Finish in one transaction, after close; for the
 // latest fold, it merges the runs and the held rows into the generation.

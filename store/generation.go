@@ -110,19 +110,6 @@ func (g *Generation) Table() string { return g.table }
 // Commit cost dominates: write in batches (10k-100k rows per Write), not a
 // row per call. Each committed Write is fsynced.
 func (g *Generation) Write(fn func(t fold.Table) error) error {
-	return g.write(fn, true)
-}
-
-// WriteStable is Write for callers whose values stay unchanged until
-// WriteStable returns (for example record bytes that are never reused): Put
-// then hands them to bbolt without copying. A value changed before the
-// transaction commits would be written changed, so callers that build values
-// in reused buffers must use Write.
-func (g *Generation) WriteStable(fn func(t fold.Table) error) error {
-	return g.write(fn, false)
-}
-
-func (g *Generation) write(fn func(t fold.Table) error, copyValues bool) error {
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
@@ -146,11 +133,7 @@ func (g *Generation) write(fn func(t fold.Table) error, copyValues bool) error {
 		// commit: full pages mean half the pages to split, write and
 		// rewrite of the default 50%.
 		rows.FillPercent = rowsFillPercent
-		var ar *arena
-		if copyValues {
-			ar = &g.arena
-		}
-		t := &genTable{kv: kv{b: rows, arena: ar}, index: index}
+		t := &genTable{kv: kv{b: rows, arena: &g.arena}, index: index}
 		if err := fn(t); err != nil {
 			fnErr = err
 			return err
@@ -370,7 +353,7 @@ func (t *genTable) Index(name string) (fold.KV, error) {
 // kv is a fold.KV over one bucket of a write transaction.
 type kv struct {
 	b     *bolt.Bucket
-	arena *arena // nil: values are stable until commit (WriteStable)
+	arena *arena // holds the copies of the values until the commit
 }
 
 // Get returns the value for key: nil if absent, a non-nil (possibly empty)
@@ -391,14 +374,10 @@ func (k *kv) Get(key []byte) ([]byte, error) {
 	return v, nil
 }
 
-// Put stores value under key, copying it unless the transaction was begun
-// with WriteStable.
+// Put stores value under key, copying it.
 func (k *kv) Put(key, value []byte) error {
 	if len(key) == 0 {
 		return ErrEmptyKey
-	}
-	if k.arena == nil {
-		return k.b.Put(key, value)
 	}
 	return k.b.Put(key, k.arena.copy(value))
 }

@@ -1,0 +1,193 @@
+package fold
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/maphash"
+	"slices"
+)
+
+// held is the latest fold's rows in memory: the last record of each key,
+// copied into large byte chunks and found through an open-addressing index
+// of plain integers. Nothing in it is a Go pointer per row, so the garbage
+// collector never scans it row by row, and its size in bytes is what the
+// budget counts: a row costs its key and value, an 8-byte header and the
+// index slot and sort entry (heldOverhead), and an update of a key costs
+// the new copy (the old one stays in the chunk until Reset).
+type held struct {
+	chunks [][]byte // entries: header (key length, value length or tombLen), key, value
+	cur    int      // the chunk being filled
+	slots  []slot   // len is a power of two; chunk 0 means empty
+	n      int      // keys in slots
+	bytes  int      // bytes accounted to the budget
+	seed   maphash.Seed
+}
+
+// slot is one index entry: where the key's latest entry is, and the low
+// bits of the key's hash to skip most key comparisons.
+type slot struct {
+	hash  uint32
+	chunk uint32 // chunk index + 1; 0: empty
+	off   uint32
+}
+
+const (
+	heldChunk  = 1 << 20
+	entryHdr   = 8
+	tombLen    = ^uint32(0)
+	minSlots   = 1 << 10
+	maxLoadNum = 1 // grow when n/len(slots) exceeds maxLoadNum/maxLoadDen
+	maxLoadDen = 2
+)
+
+// heldOverhead is the per-key bookkeeping counted against the budget: the
+// entry header, two index slots (the index is at most half full) and the
+// sort entry of a spill.
+const heldOverhead = entryHdr + 2*12 + 24
+
+func newHeld() *held { return &held{seed: maphash.MakeSeed()} }
+
+// put records value (nil: a tombstone) as key's latest.
+func (h *held) put(key, value []byte) {
+	if len(h.slots) == 0 {
+		h.slots = make([]slot, minSlots)
+	}
+	hv := maphash.Bytes(h.seed, key)
+	i, found := h.find(key, hv)
+	chunk, off := h.append(key, value)
+	if found {
+		h.slots[i].chunk, h.slots[i].off = chunk, off
+		h.bytes += entryHdr + len(key) + len(value)
+		return
+	}
+	h.slots[i] = slot{hash: uint32(hv), chunk: chunk, off: off}
+	h.n++
+	h.bytes += len(key) + len(value) + heldOverhead
+	if h.n*maxLoadDen > len(h.slots)*maxLoadNum {
+		h.grow()
+	}
+}
+
+// find returns the slot of key, or the empty slot where it would go.
+func (h *held) find(key []byte, hv uint64) (int, bool) {
+	mask := len(h.slots) - 1
+	for i := int(hv>>32) & mask; ; i = (i + 1) & mask {
+		s := h.slots[i]
+		if s.chunk == 0 {
+			return i, false
+		}
+		if s.hash == uint32(hv) {
+			if k, _ := h.entry(s.chunk, s.off); bytes.Equal(k, key) {
+				return i, true
+			}
+		}
+	}
+}
+
+func (h *held) grow() {
+	old := h.slots
+	h.slots = make([]slot, 2*len(old))
+	mask := len(h.slots) - 1
+	for _, s := range old {
+		if s.chunk == 0 {
+			continue
+		}
+		k, _ := h.entry(s.chunk, s.off)
+		hv := maphash.Bytes(h.seed, k)
+		i := int(hv>>32) & mask
+		for h.slots[i].chunk != 0 {
+			i = (i + 1) & mask
+		}
+		h.slots[i] = s
+	}
+}
+
+// append copies an entry into the chunks.
+func (h *held) append(key, value []byte) (chunk, off uint32) {
+	need := entryHdr + len(key) + len(value)
+	for {
+		if h.cur == len(h.chunks) {
+			h.chunks = append(h.chunks, make([]byte, 0, max(heldChunk, need)))
+		}
+		c := h.chunks[h.cur]
+		if cap(c)-len(c) >= need {
+			off = uint32(len(c))
+			vl := uint32(len(value))
+			if value == nil {
+				vl = tombLen
+			}
+			c = binary.LittleEndian.AppendUint32(c, uint32(len(key)))
+			c = binary.LittleEndian.AppendUint32(c, vl)
+			c = append(c, key...)
+			c = append(c, value...)
+			h.chunks[h.cur] = c
+			return uint32(h.cur + 1), off
+		}
+		if len(c) == 0 {
+			// An empty chunk kept by reset is too small for this entry.
+			h.chunks[h.cur] = make([]byte, 0, need)
+			continue
+		}
+		h.cur++
+	}
+}
+
+// entry returns the key and value (nil: a tombstone) at chunk, off.
+func (h *held) entry(chunk, off uint32) (key, value []byte) {
+	c := h.chunks[chunk-1][off:]
+	kl := binary.LittleEndian.Uint32(c)
+	vl := binary.LittleEndian.Uint32(c[4:])
+	key = c[entryHdr : entryHdr+kl : entryHdr+kl]
+	if vl == tombLen {
+		return key, nil
+	}
+	v := c[entryHdr+kl:]
+	return key, v[:vl:vl]
+}
+
+// reset forgets every row, keeping the memory for reuse.
+func (h *held) reset() {
+	for i := range h.chunks {
+		h.chunks[i] = h.chunks[i][:0]
+	}
+	h.cur = 0
+	clear(h.slots)
+	h.n, h.bytes = 0, 0
+}
+
+// sortEntry is a row in a spill's sort: the key's first 8 bytes, big
+// endian, to decide most comparisons without touching the chunks.
+type sortEntry struct {
+	prefix uint64
+	chunk  uint32
+	off    uint32
+}
+
+func keyPrefix(k []byte) uint64 {
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// sorted returns the rows' entries in ascending key order.
+func (h *held) sorted() []sortEntry {
+	es := make([]sortEntry, 0, h.n)
+	for _, s := range h.slots {
+		if s.chunk != 0 {
+			k, _ := h.entry(s.chunk, s.off)
+			es = append(es, sortEntry{prefix: keyPrefix(k), chunk: s.chunk, off: s.off})
+		}
+	}
+	slices.SortFunc(es, func(a, b sortEntry) int {
+		if a.prefix != b.prefix {
+			if a.prefix < b.prefix {
+				return -1
+			}
+			return 1
+		}
+		ka, _ := h.entry(a.chunk, a.off)
+		kb, _ := h.entry(b.chunk, b.off)
+		return bytes.Compare(ka, kb)
+	})
+	return es
+}
