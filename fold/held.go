@@ -2,6 +2,7 @@ package fold
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
 	"slices"
@@ -43,7 +44,7 @@ const (
 // heldOverhead is the per-key bookkeeping counted against the budget: the
 // entry header, two index slots (the index is at most half full) and the
 // sort entry of a spill.
-const heldOverhead = entryHdr + 2*12 + 24
+const heldOverhead = entryHdr + 2*12 + 24 // header, slots, sortEntry
 
 func newHeld() *held { return &held{seed: maphash.MakeSeed()} }
 
@@ -155,18 +156,19 @@ func (h *held) reset() {
 	h.n, h.bytes = 0, 0
 }
 
-// sortEntry is a row in a spill's sort: the key's first 8 bytes, big
-// endian, to decide most comparisons without touching the chunks.
+// sortEntry is a row in a spill's sort: the key's first 16 bytes, big
+// endian, decide most comparisons without touching the chunks (keys are
+// often short, or share a prefix of a few bytes).
 type sortEntry struct {
-	prefix uint64
+	p0, p1 uint64
 	chunk  uint32
 	off    uint32
 }
 
-func keyPrefix(k []byte) uint64 {
-	var b [8]byte
+func keyPrefix(k []byte) (uint64, uint64) {
+	var b [16]byte
 	copy(b[:], k)
-	return binary.BigEndian.Uint64(b[:])
+	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
 // sorted returns the rows' entries in ascending key order.
@@ -175,15 +177,16 @@ func (h *held) sorted() []sortEntry {
 	for _, s := range h.slots {
 		if s.chunk != 0 {
 			k, _ := h.entry(s.chunk, s.off)
-			es = append(es, sortEntry{prefix: keyPrefix(k), chunk: s.chunk, off: s.off})
+			p0, p1 := keyPrefix(k)
+			es = append(es, sortEntry{p0: p0, p1: p1, chunk: s.chunk, off: s.off})
 		}
 	}
 	slices.SortFunc(es, func(a, b sortEntry) int {
-		if a.prefix != b.prefix {
-			if a.prefix < b.prefix {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.p0, b.p0); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.p1, b.p1); c != 0 {
+			return c
 		}
 		ka, _ := h.entry(a.chunk, a.off)
 		kb, _ := h.entry(b.chunk, b.off)

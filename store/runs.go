@@ -392,11 +392,66 @@ func (g *Generation) WriteMerged(mem Sorted) error {
 
 // writeSorted appends src, in strictly ascending key order and without
 // tombstones, to the empty rows bucket, and counts the rows.
+//
+// Two goroutines share the work: one reads src (the merge: run files, the
+// heap, the fold's rows) and copies the rows into a block of about
+// mergeCommitBytes, while this one puts the previous block into bbolt and
+// commits it. Two blocks circulate, so memory is two blocks.
 func (g *Generation) writeSorted(src Sorted) error {
+	full := make(chan *rowBlock, 1)
+	free := make(chan *rowBlock, 2)
+	free <- &rowBlock{}
+	free <- &rowBlock{}
+	stop := make(chan struct{})
+	var srcErr error
+	go func() {
+		defer close(full)
+		for {
+			var b *rowBlock
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			b.reset()
+			for b.size() < mergeCommitBytes {
+				k, v, ok, err := src.Next()
+				if err != nil {
+					srcErr = err
+					return
+				}
+				if !ok {
+					b.last = true
+					break
+				}
+				b.add(k, v)
+			}
+			select {
+			case full <- b:
+			case <-stop:
+				return
+			}
+			if b.last {
+				return
+			}
+		}
+	}()
+	err := g.putBlocks(full, free)
+	close(stop)
+	for range full { // let the reader end
+	}
+	if srcErr != nil {
+		return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, srcErr)
+	}
+	return err
+}
+
+// putBlocks commits each block from full in one transaction, returning it
+// to free, until full closes.
+func (g *Generation) putBlocks(full <-chan *rowBlock, free chan<- *rowBlock) error {
 	var n int64
-	done, first := false, true
-	for !done {
-		var srcErr error
+	first := true
+	for b := range full {
 		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 			gb := g.bucket(tx)
 			if gb == nil {
@@ -414,36 +469,54 @@ func (g *Generation) writeSorted(src Sorted) error {
 			}
 			// Keys only ever grow: every page but the last fills up.
 			rows.FillPercent = rowsFillPercent
-			for size := 0; size < mergeCommitBytes; {
-				k, v, ok, err := src.Next()
-				if err != nil {
-					srcErr = err
-					return err
-				}
-				if !ok {
-					done = true
-					break
-				}
-				// bbolt keeps the key and value until the commit; the
-				// source reuses its buffers.
-				if err := rows.Put(g.arena.copy(k), g.arena.copy(v)); err != nil {
+			// bbolt keeps the key and value slices until the commit: the
+			// block is not reused before.
+			for i := range b.ends {
+				k, v := b.row(i)
+				if err := rows.Put(k, v); err != nil {
 					return fmt.Errorf("put a row: %w", err)
 				}
-				n++
-				size += len(k) + len(v)
 			}
+			n += int64(len(b.ends))
 			failpoint.Hit(failpoint.FoldCommitBefore) // a crash here leaves the old table; the next open removes the unpublished generation
 			return nil
 		})
-		g.arena.reset()
-		if srcErr != nil {
-			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, srcErr)
-		}
 		if err != nil {
 			return fmt.Errorf("write generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 		}
 		failpoint.Hit(failpoint.FoldCommitAfter) // a crash here leaves the old table; the next open removes the unpublished generation and its committed rows
+		free <- b
 	}
 	g.keys, g.counted = n, true
 	return nil
+}
+
+// rowBlock is a batch of rows copied out of a merge: keys and values back
+// to back in data, row i's key ending at ends[i].k and value at ends[i].v.
+type rowBlock struct {
+	data []byte
+	ends []struct{ k, v int }
+	last bool // the merge ended with this block
+}
+
+func (b *rowBlock) reset() {
+	b.data, b.ends, b.last = b.data[:0], b.ends[:0], false
+}
+
+func (b *rowBlock) size() int { return len(b.data) }
+
+func (b *rowBlock) add(k, v []byte) {
+	b.data = append(b.data, k...)
+	ke := len(b.data)
+	b.data = append(b.data, v...)
+	b.ends = append(b.ends, struct{ k, v int }{ke, len(b.data)})
+}
+
+func (b *rowBlock) row(i int) (k, v []byte) {
+	start := 0
+	if i > 0 {
+		start = b.ends[i-1].v
+	}
+	e := b.ends[i]
+	return b.data[start:e.k:e.k], b.data[e.k:e.v:e.v]
 }
