@@ -12,11 +12,13 @@ import (
 // copied into large byte chunks and found through an open-addressing index
 // of plain integers. Nothing in it is a Go pointer per row, so the garbage
 // collector never scans it row by row, and its size in bytes is what the
-// budget counts: a row costs its key and value, an 8-byte header and the
-// index slot and sort entry (heldOverhead), and an update of a key costs
-// the new copy (the old one stays in the chunk until Reset).
+// budget counts: a row costs its key and value, a 12-byte header and the
+// index slot and sort entry (heldOverhead). An update overwrites the value
+// in place when it fits the space of the key's entry (so a key updated with
+// values of the same size costs nothing more), and otherwise costs a new
+// entry (the old one stays in the chunk until reset).
 type held struct {
-	chunks [][]byte // entries: header (key length, value length or tombLen), key, value
+	chunks [][]byte // entries: header (key length, value length or tombLen, value space), key, value
 	cur    int      // the chunk being filled
 	slots  []slot   // len is a power of two; chunk 0 means empty
 	n      int      // keys in slots
@@ -34,7 +36,7 @@ type slot struct {
 
 const (
 	heldChunk  = 1 << 20
-	entryHdr   = 8
+	entryHdr   = 12
 	tombLen    = ^uint32(0)
 	minSlots   = 1 << 10
 	maxLoadNum = 1 // grow when n/len(slots) exceeds maxLoadNum/maxLoadDen
@@ -55,6 +57,9 @@ func (h *held) put(key, value []byte) {
 	}
 	hv := maphash.Bytes(h.seed, key)
 	i, found := h.find(key, hv)
+	if found && h.overwrite(h.slots[i], value) {
+		return
+	}
 	chunk, off := h.append(key, value)
 	if found {
 		h.slots[i].chunk, h.slots[i].off = chunk, off
@@ -67,6 +72,24 @@ func (h *held) put(key, value []byte) {
 	if h.n*maxLoadDen > len(h.slots)*maxLoadNum {
 		h.grow()
 	}
+}
+
+// overwrite puts value into the entry at s if it fits the entry's value
+// space.
+func (h *held) overwrite(s slot, value []byte) bool {
+	c := h.chunks[s.chunk-1][s.off:]
+	kl := binary.LittleEndian.Uint32(c)
+	space := binary.LittleEndian.Uint32(c[8:])
+	if uint32(len(value)) > space {
+		return false
+	}
+	vl := uint32(len(value))
+	if value == nil {
+		vl = tombLen
+	}
+	binary.LittleEndian.PutUint32(c[4:], vl)
+	copy(c[entryHdr+kl:], value)
+	return true
 }
 
 // find returns the slot of key, or the empty slot where it would go.
@@ -119,6 +142,7 @@ func (h *held) append(key, value []byte) (chunk, off uint32) {
 			}
 			c = binary.LittleEndian.AppendUint32(c, uint32(len(key)))
 			c = binary.LittleEndian.AppendUint32(c, vl)
+			c = binary.LittleEndian.AppendUint32(c, uint32(len(value)))
 			c = append(c, key...)
 			c = append(c, value...)
 			h.chunks[h.cur] = c
