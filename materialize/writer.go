@@ -97,24 +97,25 @@ func (w *writer) finish() error {
 }
 
 // foldSorted folds one buffer into the rows the latest fold holds, and
-// spills them as a run once they reach the hold budget.
-// It folds foldChunk records at a time, so a buffer bigger than the hold
-// budget still spills when the budget is reached, not after the whole
-// buffer.
-func (w *writer) foldSorted(batch []fold.Record) error {
-	for len(batch) > 0 {
-		n := min(len(batch), foldChunk)
-		if err := w.sorter.Fold(nil, batch[:n]); err != nil {
-			return err
+// spills them as a run once they reach the hold budget. It folds foldChunk
+// records at a time, so a buffer bigger than the hold budget still spills
+// when the budget is reached, not after the whole buffer.
+func (w *writer) foldSorted(buf [][]fold.Record) error {
+	for _, batch := range buf {
+		for len(batch) > 0 {
+			n := min(len(batch), foldChunk)
+			if err := w.sorter.Fold(nil, batch[:n]); err != nil {
+				return err
+			}
+			batch = batch[n:]
+			if !w.sorter.Full() {
+				continue
+			}
+			if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
+				return err
+			}
+			w.sorter.Reset()
 		}
-		batch = batch[n:]
-		if !w.sorter.Full() {
-			continue
-		}
-		if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
-			return err
-		}
-		w.sorter.Reset()
 	}
 	return nil
 }
@@ -123,35 +124,38 @@ func (w *writer) foldSorted(batch []fold.Record) error {
 // hold budget.
 const foldChunk = 256
 
+// A buffer is the replay's batches as they came, up to the budget: kept,
+// not copied into one slice.
 func (w *writer) loop(ctx context.Context) {
 	defer close(w.done)
-	full := make(chan []fold.Record)     // collector -> folder; unbuffered
-	spare := make(chan []fold.Record, 2) // folded buffers, for reuse
-	failed := make(chan struct{})        // closed by the folder on its first error
+	full := make(chan [][]fold.Record) // collector -> folder; unbuffered
+	failed := make(chan struct{})      // closed by the folder on its first error
 	var foldErr error
 	folded := make(chan struct{})
 	go func() {
 		defer close(folded)
 		for pending := range full {
-			if foldErr == nil {
-				if w.sorter != nil {
-					foldErr = w.foldSorted(pending)
-				} else {
-					foldErr = w.write(func(t fold.Table) error { return w.folder.Fold(t, pending) })
-				}
-				if foldErr != nil {
-					close(failed)
-				}
+			if foldErr != nil {
+				continue
 			}
-			// Drop the references to the record bytes, keep the array.
-			clear(pending)
-			select {
-			case spare <- pending[:0]:
-			default:
+			if w.sorter != nil {
+				foldErr = w.foldSorted(pending)
+			} else {
+				foldErr = w.write(func(t fold.Table) error {
+					for _, b := range pending {
+						if err := w.folder.Fold(t, b); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			if foldErr != nil {
+				close(failed)
 			}
 		}
 	}()
-	err := w.collect(ctx, full, spare, failed)
+	err := w.collect(ctx, full, failed)
 	close(full)
 	<-folded
 	switch {
@@ -168,34 +172,23 @@ func (w *writer) loop(ctx context.Context) {
 // collect buffers batches up to the budget and hands each full buffer to
 // the folder. It returns ctx's error, or errWriterFailed once the folder
 // failed.
-func (w *writer) collect(ctx context.Context, full chan<- []fold.Record, spare <-chan []fold.Record, failed <-chan struct{}) error {
-	var pending []fold.Record
-	size, last := 0, 0
+func (w *writer) collect(ctx context.Context, full chan<- [][]fold.Record, failed <-chan struct{}) error {
+	var pending [][]fold.Record
+	size := 0
 	handOff := func() error {
 		select {
 		case full <- pending:
 		case <-failed:
 			return errWriterFailed
 		}
-		// The next buffer will likely hold as many records: size it once
-		// rather than growing it by copies.
-		last = len(pending)
 		pending, size = nil, 0
-		select {
-		case p := <-spare:
-			pending = p
-		default:
-		}
 		return nil
 	}
 	for batch := range w.in {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if pending == nil {
-			pending = make([]fold.Record, 0, max(last, len(batch)))
-		}
-		pending = append(pending, batch...)
+		pending = append(pending, batch)
 		for i := range batch {
 			size += len(batch[i].Key) + len(batch[i].Value) + 64
 		}
