@@ -23,7 +23,15 @@
 //	}
 //	err = g.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "balances", cp) })
 //
-// Every on-disk name and the format version are in schema.go.
+// Every on-disk name and the format version are in schema.go, including the
+// files beside the database.
+//
+// A rebuild that sorts its rows itself (the latest fold beyond its memory
+// budget) writes them as sorted run files beside the database (SpillRun) and
+// merges them into the generation in key order at the end (WriteMerged),
+// committing every few MiB: bbolt then only appends to the tree. Run files
+// are removed when the merge ends, at Abort, and by the next read-write Open
+// after a crash. Compact rewrites a file without its free pages, atomically.
 //
 // # Caveats
 //
