@@ -55,6 +55,7 @@ func TestSpecValidate(t *testing.T) {
 		{"bad on_bad_record", materialize.Spec{Topic: "t", OnBadRecord: 7}, materialize.FieldOnBadRecord},
 		{"bad end", materialize.Spec{Topic: "t", End: "low"}, materialize.FieldEnd},
 		{"negative stall", materialize.Spec{Topic: "t", StallTimeout: -time.Second}, materialize.FieldStallTimeout},
+		{"negative memory", materialize.Spec{Topic: "t", Memory: -1}, materialize.FieldMemory},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.spec.Validate()

@@ -323,3 +323,25 @@ func TestRebuildsStayCompact(t *testing.T) {
 	mustCLI(t, 0, rebuildArgs(topic, db)...)
 	checkExport(t, db, topic, "oracle", want)
 }
+
+// TestMemoryFlagUsage: a --memory that is not a size, has an unknown unit
+// or is below 1MiB is bad usage (exit 2) naming the value, before any work
+// (the brokers are unreachable and the database is never created).
+func TestMemoryFlagUsage(t *testing.T) {
+	db := dbPath(t)
+	for _, v := range []string{"abc", "12XB", "512KiB", "-5MiB", ""} {
+		r := mustCLI(t, exitUsage, "rebuild", "--brokers", "127.0.0.1:1", "--topic", "t", "--db", db, "--memory", v)
+		if !strings.Contains(r.stderr, fmt.Sprintf("--memory %q", v)) || !strings.Contains(r.stderr, "Try: --memory 256MiB") {
+			t.Fatalf("--memory %q: stderr does not name the value and the hint:\n%s", v, r.stderr)
+		}
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("a rebuild with a bad --memory created the database: %v", err)
+	}
+	for v, want := range map[string]int64{"1MiB": 1 << 20, "1.5G": 3 << 29, "300m": 300 << 20, "2097152": 2 << 20} {
+		got, err := parseMemory(v)
+		if err != nil || got != want {
+			t.Fatalf("parseMemory(%q) = %d, %v; want %d", v, got, err, want)
+		}
+	}
+}
