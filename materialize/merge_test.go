@@ -68,7 +68,7 @@ func TestLatestExternalSortMatchesMapFold(t *testing.T) {
 				if err := w.close(); err != nil {
 					t.Fatal(err)
 				}
-				if err := w.finish(); err != nil {
+				if err := w.finish(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				// hold=1 spills at every hand-off; 16 KiB holds a few

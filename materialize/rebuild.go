@@ -140,7 +140,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	case werr != nil:
 		return Report{Replay: res}, werr
 	}
-	if err := w.finish(); err != nil {
+	if err := w.finish(ctx); err != nil {
 		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
 	}
 

@@ -86,12 +86,12 @@ func (w *writer) write(fn func(t fold.Table) error) error { return w.gen.Write(f
 
 // finish runs the fold's Finish in one transaction, after close; for the
 // latest fold, it merges the runs and the held rows into the generation.
-func (w *writer) finish() error {
+func (w *writer) finish(ctx context.Context) error {
 	if w.sorter == nil {
 		return w.write(w.folder.Finish)
 	}
 	w.runs = w.gen.Runs()
-	err := w.gen.WriteMerged(w.sorter.Sorted())
+	err := w.gen.WriteMerged(ctx, w.sorter.Sorted())
 	w.sorter.Reset()
 	return err
 }

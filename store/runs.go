@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"container/heap"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -364,8 +365,9 @@ const mergeCommitBytes = 8 << 20
 // order, committed every mergeCommitBytes, so bbolt only ever appends to the
 // tree, filling whole pages. The keys are counted as they are written, and
 // Publish records that count instead of walking the tree. The run files are
-// removed whatever happens.
-func (g *Generation) WriteMerged(mem Sorted) error {
+// removed whatever happens. A canceled ctx stops the merge between two
+// commits with ctx's error.
+func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
 	defer g.removeRuns()
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
@@ -387,7 +389,7 @@ func (g *Generation) WriteMerged(mem Sorted) error {
 	if err != nil {
 		return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 	}
-	return g.writeSorted(m)
+	return g.writeSorted(ctx, m)
 }
 
 // writeSorted appends src, in strictly ascending key order and without
@@ -397,7 +399,7 @@ func (g *Generation) WriteMerged(mem Sorted) error {
 // heap, the fold's rows) and copies the rows into a block of about
 // mergeCommitBytes, while this one puts the previous block into bbolt and
 // commits it. Two blocks circulate, so memory is two blocks.
-func (g *Generation) writeSorted(src Sorted) error {
+func (g *Generation) writeSorted(ctx context.Context, src Sorted) error {
 	full := make(chan *rowBlock, 1)
 	free := make(chan *rowBlock, 2)
 	free <- &rowBlock{}
@@ -436,7 +438,7 @@ func (g *Generation) writeSorted(src Sorted) error {
 			}
 		}
 	}()
-	err := g.putBlocks(full, free)
+	err := g.putBlocks(ctx, full, free)
 	close(stop)
 	for range full { // let the reader end
 	}
@@ -448,10 +450,13 @@ func (g *Generation) writeSorted(src Sorted) error {
 
 // putBlocks commits each block from full in one transaction, returning it
 // to free, until full closes.
-func (g *Generation) putBlocks(full <-chan *rowBlock, free chan<- *rowBlock) error {
+func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free chan<- *rowBlock) error {
 	var n int64
 	first := true
 	for b := range full {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
+		}
 		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 			gb := g.bucket(tx)
 			if gb == nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -105,7 +106,7 @@ func TestWriteMergedMatchesMapFold(t *testing.T) {
 		if g.Runs() != runs {
 			t.Fatalf("round %d: %d runs spilled, want %d", round, g.Runs(), runs)
 		}
-		if err := g.WriteMerged(mem); err != nil {
+		if err := g.WriteMerged(context.Background(), mem); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(RunsDir(db.Path())); !errors.Is(err, fs.ErrNotExist) {
