@@ -45,5 +45,6 @@
 // per second, failed reads, and from the daemon: its CPU time per read and
 // the p50/p99 buckets of its own handler-time histogram (/metrics).
 // KMATERIALIZE_BENCH_SERVE_RATE=N paces the clients at N requests per second
-// in all (default: each sends its next read when it has the answer).
+// in all (default: each sends its next read when it has the answer), and
+// KMATERIALIZE_BENCH_DAEMON_GOMAXPROCS sets the daemon's GOMAXPROCS alone.
 package bench

@@ -61,6 +61,11 @@ func startDaemon(b *testing.B, f *fixture) *daemon {
 	}
 	d := &daemon{cmd: exec.Command(bin, "--log-format", "json", "serve", "--config", cfg), sock: filepath.Join(dir, "tables.db.sock"), stderr: logf}
 	d.cmd.Stderr = logf
+	// An experiment's knob: the daemon's GOMAXPROCS alone (GOMAXPROCS in
+	// the environment would change the broker's and the readers' too).
+	if v := os.Getenv("KMATERIALIZE_BENCH_DAEMON_GOMAXPROCS"); v != "" {
+		d.cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
+	}
 	if err := d.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
