@@ -366,6 +366,11 @@ func routedRebuild(t *testing.T, s daemonSetup, p *proc, topic, slowTopic string
 			t.Errorf("routed rebuild with %q: exit %d, want 2 naming the flag and the daemon's config\n%s", extra, r.code, r.stderr)
 		}
 	}
+	// A table the daemon's config does not define: exit 2, as a rebuild
+	// without its definition.
+	if r := quiet(t, "rebuild", "--db", s.db, "--table", "nope", "--lock-timeout", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "config") {
+		t.Errorf("routed rebuild of an unconfigured table: exit %d, want 2\n%s", r.code, r.stderr)
+	}
 	if g := tablesJSON(t, s.db)["balances"].Generation; g != gen {
 		t.Fatalf("after refused rebuilds: generation %d, want %d (nothing run)", g, gen)
 	}
@@ -496,5 +501,56 @@ func TestRoutedCLIAfterKill9(t *testing.T) {
 	r := quiet(t, "get", "--db", s.db, "--table", "balances", "--socket", s.sock, "k00001")
 	if r.code != exitError || !strings.Contains(r.stderr, "no daemon listens there") || r.stdout != "" {
 		t.Fatalf("--socket naming a dead socket: exit %d, want 1 saying no daemon listens\n%s", r.code, r.stderr)
+	}
+}
+
+// TestRoutedCLINotReady: while the daemon's first build of a table is held
+// by an open transaction, the API answers 503 for it; the routed commands
+// exit 6 as the file (which has no such table) does, and tables lists
+// nothing, byte for byte as on the file after SIGTERM (exit 0 mid-build).
+func TestRoutedCLINotReady(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 1)
+	produce(t, topic, genRecords(rng, []int32{0}, 20))
+	tx, err := broker.BeginTxn(context.Background(), topic, runName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Produce(context.Background(), genRecords(rng, []int32{0}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.End(context.Background(), false)
+	s := newDaemonSetup(t, map[string]string{"held": topic})
+	p := startProc(t, "--log-format", "json", "serve", "--config", s.cfg)
+	cl := unixClient(s.sock)
+	// The first build is running (the fault: it waits for the open
+	// transaction) and the table answers 503.
+	awaitStatus(t, cl, p, "/v1/tables/held/keys/p0-k00", http.StatusServiceUnavailable)
+	if code, body, _ := httpGet(t, cl, "/v1/tables/held"); code != http.StatusOK || !strings.Contains(body, `"state":"building"`) {
+		t.Fatalf("GET /v1/tables/held: %d %s, want state building", code, body)
+	}
+	cases := []struct {
+		code int
+		args []string
+	}{
+		{exitNotFound, []string{"get", "--table", "held", "--db", s.db, "--lock-timeout", "0", "p0-k00"}},
+		{exitNotFound, []string{"scan", "--table", "held", "--db", s.db, "--lock-timeout", "0"}},
+		{exitNotFound, []string{"export", "--table", "held", "--db", s.db, "--lock-timeout", "0"}},
+		{0, []string{"tables", "--db", s.db, "--lock-timeout", "0"}},
+		{0, []string{"tables", "--db", s.db, "--lock-timeout", "0", "--format", "json"}},
+	}
+	routed := make([]result, len(cases))
+	for i, c := range cases {
+		routed[i] = quiet(t, c.args...)
+		if c.code != 0 && !strings.Contains(routed[i].stderr, "has not been published yet") {
+			t.Errorf("%q routed: stderr does not say the table is not published yet:\n%s", c.args, routed[i].stderr)
+		}
+	}
+	stopDaemon(t, p)
+	for i, c := range cases {
+		direct := quiet(t, c.args...)
+		if direct.code != c.code || routed[i].code != c.code || routed[i].stdout != direct.stdout {
+			t.Errorf("%q: routed exit %d stdout %q, direct exit %d stdout %q, want exit %d", c.args, routed[i].code, routed[i].stdout, direct.code, direct.stdout, c.code)
+		}
 	}
 }
