@@ -64,7 +64,6 @@ func newClient(base, addr, token string, dial func(ctx context.Context, network,
 			return c, err
 		},
 		MaxIdleConnsPerHost: 4,
-		ForceAttemptHTTP2:   false,
 	}
 	// No Timeout: the caller's context bounds each request, and a rebuild
 	// with wait takes as long as the rebuild.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -39,7 +40,11 @@ type fixture struct {
 	gate  chan struct{}
 }
 
-func newFixture(t *testing.T, gated bool) *fixture {
+func newFixture(t *testing.T, gated bool) *fixture { return newFixtureTCP(t, gated, "", "") }
+
+// newFixtureTCP is newFixture with the daemon also on TCP address listen
+// ("" for none) with admin token token.
+func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 	t.Helper()
 	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", t.Name(), os.Getpid(), seq.Add(1))}
 	if err := broker.CreateTopic(f.topic, 1, nil); err != nil {
@@ -57,6 +62,7 @@ func newFixture(t *testing.T, gated bool) *fixture {
 	s, err := serve.New(serve.Config{
 		DBPath: filepath.Join(t.TempDir(), "t.db"),
 		Socket: filepath.Join(sockDir, "api.sock"),
+		Listen: listen, AdminToken: token,
 		Tables: []serve.Table{{Name: "t", Topic: f.topic, Fold: "latest",
 			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
 				if f.gate != nil {
@@ -125,7 +131,9 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// awaitReady polls Readyz until the daemon says ready.
+// awaitReady polls Readyz until the daemon says ready, then Table until
+// the first build's run has ended too (readiness comes with the publish,
+// a moment before the daemon marks the run ended).
 func awaitReady(t *testing.T, cl *client.Client) client.Readiness {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -135,6 +143,10 @@ func awaitReady(t *testing.T, cl *client.Client) client.Readiness {
 			t.Fatal(err)
 		}
 		if r.Ready {
+			if len(r.Tables) != 1 || r.Tables[0].Name != "t" {
+				t.Fatalf("Readyz: %+v, want table t", r)
+			}
+			awaitGeneration(t, cl, 0)
 			return r
 		}
 		if time.Now().After(deadline) {
@@ -275,6 +287,14 @@ func TestClientRowsPinnedAndRebuild(t *testing.T) {
 		kv = append(kv, fmt.Sprintf("k%03d", i), "old")
 	}
 	f.produce(t, old, kv...)
+	// The first build waits at the gate: not ready, and reads are 503.
+	if r, err := f.cl.Readyz(ctx(t)); err != nil || r.Ready || len(r.Tables) != 1 || r.Tables[0].Name != "t" || r.Tables[0].Reason == "" {
+		t.Fatalf("Readyz before the first build: %+v, %v; want not ready naming t and why", r, err)
+	}
+	var nr *client.Error
+	if _, _, err := f.cl.Get(ctx(t), "t", []byte("k001")); !errors.As(err, &nr) || nr.Status != 503 || nr.Code != client.CodeTableNotReady || nr.RetryAfter <= 0 {
+		t.Fatalf("Get before the first build: %v, want 503 %s with Retry-After", err, client.CodeTableNotReady)
+	}
 	f.gate <- struct{}{} // the first build
 	awaitReady(t, f.cl)
 	tb, err := f.cl.Table(ctx(t), "t")
@@ -358,5 +378,51 @@ func awaitGeneration(t *testing.T, cl *client.Client, gen uint64) {
 			t.Fatalf("generation still %d (state %s, last error %+v)", tb.Generation, tb.State, tb.LastError)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClientTCP: DialURL reads over the TCP listener; a rebuild there
+// without the admin token is 403 forbidden, with it the run happens.
+func TestClientTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the daemon listens there next
+	token := fmt.Sprintf("token-%d", seq.Add(1))
+	f := newFixtureTCP(t, false, addr, token)
+	want := map[string]string{}
+	f.produce(t, want, "a", "1", "b", "2")
+	awaitReady(t, f.cl)
+
+	anon, err := client.DialURL("http://"+addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	v, _, err := anon.Get(ctx(t), "t", []byte("b"))
+	if err != nil || string(v) != "2" {
+		t.Fatalf("Get over TCP: %q, %v", v, err)
+	}
+	var ce *client.Error
+	if _, err := anon.Rebuild(ctx(t), "t", true); !errors.As(err, &ce) || ce.Status != 403 || ce.Code != client.CodeForbidden {
+		t.Fatalf("Rebuild over TCP without the token: %v, want 403 %s", err, client.CodeForbidden)
+	}
+	admin, err := client.DialURL("http://"+addr+"/", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	f.produce(t, want, "a", "")
+	res, err := admin.Rebuild(ctx(t), "t", true)
+	if err != nil || res.ExitCode != 0 || !res.Done {
+		t.Fatalf("Rebuild over TCP with the token: %+v, %v", res, err)
+	}
+	if _, _, err := admin.Get(ctx(t), "t", []byte("a")); !client.IsCode(err, client.CodeKeyNotFound) {
+		t.Fatalf("Get of a key deleted before the rebuild: %v", err)
+	}
+	if _, err := client.DialURL("unix:///x.sock", ""); err == nil {
+		t.Fatal("DialURL accepted a unix URL")
 	}
 }

@@ -70,10 +70,17 @@ func withDaemon(cmd *cli.Command) {
 	}
 	action := cmd.Action
 	cmd.Action = func(c *cli.Context) error {
-		if c.String("table") == "" || c.NArg() > 0 {
+		// The table's name, as the direct path takes it: --table, or the
+		// topic's name (and then --topic is refused below, with a message
+		// that says why, rather than a busy database).
+		table := c.String("table")
+		if table == "" {
+			table = c.String("topic")
+		}
+		if table == "" || c.NArg() > 0 {
 			return action(c)
 		}
-		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d) }); routed {
+		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d, table) }); routed {
 			return err
 		}
 		return action(c)
@@ -262,17 +269,16 @@ func metaOf(t client.Table) store.TableMeta {
 		Records: t.Records, Skipped: t.Skipped, SkippedByReason: t.SkippedByReason, Empty: t.Empty, Extra: t.Extra}
 }
 
-// rebuildVia asks the daemon to rebuild --table as its config defines it
-// and waits for the run: its exit code is the command's.
-func rebuildVia(c *cli.Context, d *daemon) error {
-	if err := onlyTableFlags(c); err != nil {
+// rebuildVia asks the daemon to rebuild table as its config defines it and
+// waits for the run: its exit code is the command's.
+func rebuildVia(c *cli.Context, d *daemon, table string) error {
+	if err := onlyTableFlags(c, table); err != nil {
 		return err
 	}
 	log, err := newLogger(c)
 	if err != nil {
 		return err
 	}
-	table := c.String("table")
 	log.Info().Str(keyTable, table).Str("socket", d.cl.Addr()).Msg("the daemon holds the database: it runs the rebuild, as its config defines the table")
 	res, err := d.cl.Rebuild(c.Context, table, true)
 	if errors.Is(err, context.Canceled) {
@@ -299,7 +305,7 @@ func rebuildVia(c *cli.Context, d *daemon) error {
 // change what is built: the daemon builds the table as its config says.
 // A --topic or --brokers that --config supplied (the same value as the
 // file's) is not the user's.
-func onlyTableFlags(c *cli.Context) error {
+func onlyTableFlags(c *cli.Context, table string) error {
 	cfg, _ := c.App.Metadata[metaConfig].(*config.Config)
 	spec, fromFile := configTable(c)
 	var refused []string
@@ -326,7 +332,7 @@ func onlyTableFlags(c *cli.Context) error {
 	}
 	return &usageError{
 		msg: fmt.Sprintf("a daemon holds the database, so it runs the rebuild of table %q as its config defines the table; the request sends only the table name, and %s would change what is built",
-			c.String("table"), strings.Join(refused, ", ")),
-		hint: fmt.Sprintf("kmaterialize rebuild --db %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", c.String("db"), c.String("table")),
+			table, strings.Join(refused, ", ")),
+		hint: fmt.Sprintf("kmaterialize rebuild --db %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", c.String("db"), table),
 	}
 }

@@ -366,6 +366,11 @@ func routedRebuild(t *testing.T, s daemonSetup, p *proc, topic, slowTopic string
 			t.Errorf("routed rebuild with %q: exit %d, want 2 naming the flag and the daemon's config\n%s", extra, r.code, r.stderr)
 		}
 	}
+	// --topic without --table names the table after the topic, as on the
+	// file: refused the same way rather than left to a busy database.
+	if r := quiet(t, "rebuild", "--db", s.db, "--topic", "balances", "--brokers", broker.Addr, "--lock-timeout", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "--topic") || !strings.Contains(r.stderr, "config") {
+		t.Errorf("routed rebuild with --topic and no --table: exit %d, want 2\n%s", r.code, r.stderr)
+	}
 	// A table the daemon's config does not define: exit 2, as a rebuild
 	// without its definition.
 	if r := quiet(t, "rebuild", "--db", s.db, "--table", "nope", "--lock-timeout", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "config") {
