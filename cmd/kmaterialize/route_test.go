@@ -104,16 +104,22 @@ func quiet(t *testing.T, args ...string) result {
 
 // rowsRequests is how many rows pages the daemon answered with 200, from
 // its request metrics.
-func rowsRequests(t *testing.T, sock string) int {
+func rowsRequests(t *testing.T, sock string) int { return rowsAnswers(t, sock, "200") }
+
+// rowsAnswers is how many rows pages the daemon answered with status code,
+// from its request metrics.
+func rowsAnswers(t *testing.T, sock, code string) int {
 	t.Helper()
-	code, body, _ := httpGet(t, unixClient(sock), "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", code)
+	cl := unixClient(sock)
+	defer cl.CloseIdleConnections()
+	status, body, _ := httpGet(t, cl, "/metrics")
+	if status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", status)
 	}
 	n := 0
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, "kmaterialize_http_request_duration_seconds_count{") &&
-			strings.Contains(l, `"GET /v1/tables/{table}/rows"`) && strings.Contains(l, `"200"`) {
+			strings.Contains(l, `"GET /v1/tables/{table}/rows"`) && strings.Contains(l, `"`+code+`"`) {
 			f := strings.Fields(l)
 			v, err := strconv.Atoi(f[len(f)-1])
 			if err != nil {
@@ -558,4 +564,65 @@ func TestRoutedCLINotReady(t *testing.T) {
 			t.Errorf("%q: routed exit %d stdout %q, direct exit %d stdout %q, want exit %d", c.args, routed[i].code, routed[i].stdout, direct.code, direct.stdout, c.code)
 		}
 	}
+}
+
+// TestRoutedScanAcrossPublish: routed scans while the daemon rebuilds the
+// table again and again (a client asks, with wait, in a loop) until the
+// daemon has answered a page with 409 (its metrics count it: a publish
+// landed between two pages of a scan); every scan still exits 0 with the
+// oracle's rows, because the CLI starts a scan over when its generation is
+// replaced.
+func TestRoutedScanAcrossPublish(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 2)
+	want, _, _ := oracle(produce(t, topic, routeRecords(rng, []int32{0, 1}, 4000, 3000)), nil)
+	s := newDaemonSetup(t, map[string]string{"balances": topic})
+	p := s.start(t)
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		cl := unixClient(s.sock)
+		defer cl.CloseIdleConnections()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			resp, err := cl.Post("http://kmaterialize/v1/tables/balances/rebuild?wait=1", "", nil)
+			if err != nil {
+				done <- err
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				done <- fmt.Errorf("POST rebuild: %d", resp.StatusCode)
+				return
+			}
+		}
+	}()
+	scans := 0
+	deadline := time.Now().Add(90 * time.Second)
+	for rowsAnswers(t, s.sock, "409") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no publish landed between two pages in %d scans", scans)
+		}
+		var out, errb strings.Builder
+		code := run(context.Background(), []string{"kmaterialize", "scan", "--db", s.db, "--table", "balances", "--base64", "--format", "jsonl", "--lock-timeout", "0"}, &out, &errb)
+		scans++
+		if code != 0 {
+			t.Fatalf("scan %d during rebuilds: exit %d\n%s", scans, code, errb.String())
+		}
+		if diff := cmp.Diff(want, decodeRows(t, out.String())); diff != "" {
+			t.Fatalf("scan %d during rebuilds vs the oracle (-want +got):\n%s", scans, diff)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d scans until a page got 409; %d pages answered 409 in all", scans, rowsAnswers(t, s.sock, "409"))
+	stopDaemon(t, p)
 }
