@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -125,17 +126,20 @@ func viaDaemon(c *cli.Context, fn func(*daemon) error) (bool, error) {
 // exit code is the one the direct path gives for the same outcome, decided
 // here from the API's error code; exitCode takes it as is.
 type daemonError struct {
-	addr, msg string
-	err       error
-	code      int
-	hint      string
+	msg  string // says that the daemon answered, and what
+	err  error
+	code int
+	hint string
 }
 
-func (e *daemonError) Error() string {
-	return fmt.Sprintf("the daemon at %s answered: %s", e.addr, e.msg)
-}
+func (e *daemonError) Error() string { return e.msg }
 
 func (e *daemonError) Unwrap() error { return e.err }
+
+// answered is msg as the daemon's answer.
+func (d *daemon) answered(msg string) string {
+	return fmt.Sprintf("the daemon at %s answered: %s", d.cl.Addr(), msg)
+}
 
 // fail turns an error of the client into the command's error.
 func (d *daemon) fail(err error, table string) error {
@@ -144,12 +148,17 @@ func (d *daemon) fail(err error, table string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, client.ErrUnreachable):
-		return &daemonError{addr: d.cl.Addr(), msg: "nothing (no daemon listens there)", err: err, code: exitError,
+		why := error(err)
+		var se *os.SyscallError
+		if errors.As(err, &se) {
+			why = se // "connect: connection refused", "connect: no such file or directory"
+		}
+		return &daemonError{msg: fmt.Sprintf("no daemon answers at %s (%v)", d.cl.Addr(), why), err: err, code: exitError,
 			hint: "start it (kmaterialize serve --config FILE); without --socket (and KMATERIALIZE_SOCKET) the command finds the daemon holding --db, or reads the file"}
 	case errors.Is(err, context.Canceled), !errors.As(err, &ce):
 		return err
 	}
-	e := &daemonError{addr: d.cl.Addr(), msg: ce.Message, err: err, code: exitError}
+	e := &daemonError{msg: d.answered(ce.Message), err: err, code: exitError}
 	switch ce.Code {
 	case client.CodeKeyNotFound, client.CodeBadKey:
 		// The file has no row for a key the API refuses (empty or over
@@ -288,8 +297,8 @@ func rebuildVia(c *cli.Context, d *daemon, table string) error {
 		return d.fail(err, table)
 	}
 	if res.ExitCode != exitOK {
-		return &daemonError{addr: d.cl.Addr(), code: res.ExitCode, err: errors.New(res.Error),
-			msg:  fmt.Sprintf("run %d of table %q failed, nothing published: %s", res.Run, table, res.Error),
+		return &daemonError{code: res.ExitCode, err: errors.New(res.Error),
+			msg:  d.answered(fmt.Sprintf("run %d of table %q failed, nothing published: %s", res.Run, table, res.Error)),
 			hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
 	}
 	t, err := d.cl.Table(c.Context, table)
