@@ -378,9 +378,11 @@ func TestBrokerFaults(t *testing.T) {
 				// wait for the rerun below; the exact comparison after it
 				// proves that nothing of the failed run was doubled.
 				h.Remove()
-				if _, err := copier.Run(context.Background(), c); err != nil {
+				rerun, err := copier.Run(context.Background(), c)
+				if err != nil {
 					t.Fatalf("rerun without the fault: %v", err)
 				}
+				t.Logf("rerun summary %+v", rerun)
 			}
 			if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
 				t.Fatalf("destination (-want +got):\n%s", diff)

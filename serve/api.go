@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
@@ -38,7 +39,7 @@ func (s *Server) httpServer(tcp bool) *http.Server {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          log.New(s.cfg.Log, "http: ", 0),
+		ErrorLog:          log.New(warnWriter{s.cfg.Log}, "http: ", 0),
 	}
 }
 
@@ -65,14 +66,25 @@ func (s *Server) handler(tcp bool) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		route := "unmatched"
+		// Deferred: an export aborted mid-response (ErrAbortHandler) counts.
+		defer func() {
+			s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Observe(time.Since(start).Seconds())
+		}()
 		if _, pattern := mux.Handler(r); pattern != "" {
 			route = pattern
 			mux.ServeHTTP(sw, r)
 		} else {
 			mux.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
 		}
-		s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Observe(time.Since(start).Seconds())
 	})
+}
+
+// warnWriter logs what net/http's error log gets at warn level.
+type warnWriter struct{ log zerolog.Logger }
+
+func (w warnWriter) Write(b []byte) (int, error) {
+	w.log.Warn().Msg(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
 }
 
 // statusWriter remembers the status code for the request metrics.
@@ -642,6 +654,8 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A rebuild takes as long as it takes: no write deadline while waiting.
+	// (The read deadline is no concern: net/http clears it for the
+	// background read that watches for the client going away.)
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	res, done := waitRun(r.Context(), run)
 	if !done {

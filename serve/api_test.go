@@ -267,6 +267,20 @@ func TestAPIContract(t *testing.T) {
 		}
 	}
 
+	// A rebuild request carries no options, not even in a body.
+	resp, err := c.hc.Post(c.base+"/v1/tables/main/rebuild", "application/json", strings.NewReader(`{"from":"0"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if r := (response{status: resp.StatusCode, header: resp.Header, body: b}); r.status != 400 || r.apiErr(t).Code != codeBadRequest {
+		t.Fatalf("rebuild with a body: %d %s, want 400", r.status, b)
+	}
+	if tj := c.table(t, "main"); tj.Run != nil || *tj.Generation != mainGen {
+		t.Fatalf("a refused rebuild request started run %+v", tj.Run)
+	}
+
 	// A path the Go client refuses to send: bad percent-encoding, sent raw.
 	if status := rawStatus(t, d.s.cfg.Socket, "GET /v1/tables/main/keys/%zz HTTP/1.1\r\nHost: k\r\n\r\n"); status != 400 {
 		t.Fatalf("bad percent-encoding: status %d, want 400", status)

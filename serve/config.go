@@ -7,12 +7,11 @@ import (
 	"os"
 	"os/user"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/internal/schedule"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -198,35 +197,16 @@ func validateTables(tables []Table) ([]tableDef, error) {
 			return nil, &ConfigError{Field: field, Value: t.Name, Reason: "no Build function"}
 		}
 		d := tableDef{Table: t}
-		if sch := strings.TrimSpace(t.Schedule); sch != "" {
-			every, expr, err := parseSchedule(sch)
+		if t.Schedule != "" {
+			sp, err := schedule.Parse(t.Schedule)
 			if err != nil {
 				return nil, &ConfigError{Field: field + ".schedule", Value: t.Schedule, Reason: err.Error()}
 			}
-			d.every, d.cron = every, expr
+			d.every, d.cron = sp.Every, sp.Cron
 		}
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-// parseSchedule accepts "@every D" (D a positive Go duration) or a 5-field
-// cron expression (minute hour day-of-month month day-of-week).
-func parseSchedule(s string) (time.Duration, string, error) {
-	if rest, ok := strings.CutPrefix(s, "@every "); ok {
-		d, err := time.ParseDuration(strings.TrimSpace(rest))
-		if err != nil || d <= 0 {
-			return 0, "", fmt.Errorf("want \"@every\" and a positive duration, e.g. \"@every 10m\"")
-		}
-		return d, "", nil
-	}
-	if n := len(strings.Fields(s)); n != 5 {
-		return 0, "", fmt.Errorf("want \"@every D\" or a 5-field cron expression (minute hour day month weekday), got %d fields", n)
-	}
-	if _, err := cron.ParseStandard(s); err != nil {
-		return 0, "", fmt.Errorf("cron expression: %v", err)
-	}
-	return 0, s, nil
 }
 
 // maxNameLen bounds table names in requests: far above any real name (a

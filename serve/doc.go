@@ -14,6 +14,33 @@
 // one: never a mix. The daemon serves every table the file holds; Config.Tables
 // says which it rebuilds.
 //
+// # Routes
+//
+//	GET  /v1/tables                      {"tables": [TABLE, ...]}
+//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed)
+//	GET  /v1/tables/{table}/keys/{key}   the value's bytes (application/octet-stream)
+//	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
+//	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
+//	POST /v1/tables/{table}/rebuild      202 {"run": ID}; ?wait=1: 200 {"run","exit_code","error","generation"}
+//	GET  /healthz, /readyz, /metrics
+//
+// Keys in the path are percent-encoded (a "/" in a key may be sent as is or
+// as %2F). The rows route takes prefix= and after= as raw key bytes
+// (percent-encoded in the query, whatever the encoding asked for), limit=
+// (default 1000, at most 10000), generation= (pin later pages to the first
+// page's Kmaterialize-Generation: 409 generation_gone once it is replaced)
+// and encoding=base64; Kmaterialize-More says whether rows follow the page.
+// Errors are {"error": "...", "code": "..."}, never a 5xx for bad input:
+//
+//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
+//	403 forbidden (a POST on TCP without the admin token)
+//	404 table_not_found, key_not_found, table_not_configured (rebuild), route_not_found
+//	405 method_not_allowed
+//	409 generation_gone, run_in_progress (with "run": the running run's ID)
+//	422 not_utf8 (ask with encoding=base64)
+//	503 table_not_ready (never published yet; with Retry-After), not_ready (/readyz), shutting_down
+//	500 internal (a damaged database)
+//
 // # Runs
 //
 // A run is Table.Build: serve itself never talks to Kafka. The per-table run

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -101,7 +102,7 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 		if diff := cmp.Diff(old, rows); diff != "" {
 			t.Fatalf("read %d during the held rebuild (-old oracle +got):\n%s", i, diff)
 		}
-		checkKeys(t, c, "t", gen1, old, 0, neu)
+		checkKeys(t, c, "t", gen1, old, nil, neu)
 	}
 
 	p.Release()
@@ -118,6 +119,8 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 		}
 		want := old
 		switch {
+		case gen == gen1 && gen2 != 0:
+			t.Fatalf("a read went back to generation %d after %d answered", gen1, gen2)
 		case gen == gen1:
 		case gen2 == 0 && gen > gen1:
 			gen2 = gen
@@ -131,7 +134,7 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 		if diff := cmp.Diff(want, rows); diff != "" {
 			t.Fatalf("read from generation %d (-oracle +got):\n%s", gen, diff)
 		}
-		checkKeys(t, c, "t", gen1, old, gen2, neu)
+		checkKeys(t, c, "t", gen1, old, &gen2, neu)
 	}
 	r = c.get(t, fmt.Sprintf("/v1/tables/t/rows?limit=5&after=%s&generation=%d", lastKey(t, first.body), gen1))
 	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != codeGenerationGone {
@@ -155,15 +158,22 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 
 // checkKeys reads a few keys one by one: each answer must equal the oracle
 // of the generation that answered it.
-func checkKeys(t *testing.T, c *client, table string, genA uint64, a oracle, genB uint64, b oracle) {
+// genB is the new generation once seen (0 before); nil when no new
+// generation may answer.
+func checkKeys(t *testing.T, c *client, table string, genA uint64, a oracle, genB *uint64, b oracle) {
 	t.Helper()
 	for _, k := range []string{"k001", "k010", "k039", "k045", "k059"} {
 		r := c.get(t, "/v1/tables/"+table+"/keys/"+k)
 		want := a
-		if g := r.gen(t); g == genB && genB != 0 {
+		g := r.gen(t)
+		if genB != nil && *genB == 0 && g > genA {
+			*genB = g
+		}
+		switch {
+		case genB != nil && g == *genB:
 			want = b
-		} else if g != genA {
-			t.Fatalf("key %s answered from generation %d (want %d or %d)", k, g, genA, genB)
+		case g != genA:
+			t.Fatalf("key %s answered from generation %d (old %d, new %v)", k, g, genA, genB)
 		}
 		v, present := want[k]
 		switch {
@@ -241,15 +251,32 @@ func TestShutdownMidRebuild(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	d, topic, old, neu, gen1 := rebuildSetup(t, nil)
 	p := parkMidRebuild(t, topic)
-	if r := d.c.do(t, "POST", "/v1/tables/t/rebuild", nil); r.status != http.StatusAccepted {
-		t.Fatalf("POST rebuild: %d %s", r.status, r.body)
-	}
+	// A request in flight when the shutdown starts: it waits for the run.
+	answer := make(chan response, 1)
+	go func() {
+		resp, err := d.c.hc.Post(d.c.base+"/v1/tables/t/rebuild?wait=1", "", nil)
+		if err != nil {
+			answer <- response{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- response{status: resp.StatusCode, body: b}
+	}()
 	waitParked(t, p)
 
 	// End Run first, then let the fetch go: the rebuild sees its context
 	// ended before it could publish.
 	d.cancel()
 	p.Release()
+	// The request in flight is answered: the run ended, interrupted, and
+	// the old generation is what is published.
+	r := <-answer
+	var res rebuildResult
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &res) != nil || res.ExitCode != 4 || res.Error == nil ||
+		!strings.Contains(*res.Error, "context canceled") || res.Generation == nil || *res.Generation != gen1 {
+		t.Fatalf("request in flight at shutdown: %d %s, want 200 with exit_code 4 and generation %d", r.status, r.body, gen1)
+	}
 	d.stop(t)
 	for _, f := range []string{d.s.cfg.Socket, store.HolderPath(d.s.cfg.DBPath)} {
 		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
@@ -284,8 +311,8 @@ func TestShutdownMidRebuild(t *testing.T) {
 	if diff := cmp.Diff(old, rows); diff != "" {
 		t.Fatalf("after restart (-old oracle +got):\n%s", diff)
 	}
-	r := d2.c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
-	var res rebuildResult
+	r = d2.c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
+	res = rebuildResult{}
 	if json.Unmarshal(r.body, &res) != nil || res.ExitCode != 0 || res.Generation == nil || *res.Generation <= gen1 {
 		t.Fatalf("rebuild after restart: %d %s", r.status, r.body)
 	}

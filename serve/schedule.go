@@ -8,28 +8,32 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// scheduleLocked adds def's schedule, if it has one, to the scheduler. The
-// job only starts a run (scheduledRun) and returns: the run lock, not
-// gocron's singleton mode, keeps one run per table, so that requested and
-// scheduled runs exclude each other. Call with s.mu held.
-func (s *Server) scheduleLocked(def tableDef) {
-	var jd gocron.JobDefinition
-	switch {
-	case def.every > 0:
-		jd = gocron.DurationJob(def.every)
-	case def.cron != "":
-		jd = gocron.CronJob(def.cron, false)
-	default:
-		return
+// schedule adds the schedules of defs (those that have one) to sched. A job
+// only starts a run (scheduledRun) and returns: the run lock, not gocron's
+// singleton mode, keeps one run per table, so that requested and scheduled
+// runs exclude each other. Call it without s.mu held: gocron's tasks take it.
+func (s *Server) schedule(sched gocron.Scheduler, defs []tableDef) {
+	for _, def := range defs {
+		var jd gocron.JobDefinition
+		switch {
+		case def.every > 0:
+			jd = gocron.DurationJob(def.every)
+		case def.cron != "":
+			jd = gocron.CronJob(def.cron, false)
+		default:
+			continue
+		}
+		name := def.Name
+		job, err := sched.NewJob(jd, gocron.NewTask(func() { s.scheduledRun(name) }), gocron.WithName(name))
+		if err != nil {
+			// validateTables checked the schedule; this is not expected.
+			s.cfg.Log.Error().Err(err).Str(keyTable, name).Str("schedule", def.Schedule).Msg("schedule not added")
+			continue
+		}
+		s.mu.Lock()
+		s.jobs[name] = job
+		s.mu.Unlock()
 	}
-	name := def.Name
-	job, err := s.sched.NewJob(jd, gocron.NewTask(func() { s.scheduledRun(name) }), gocron.WithName(name))
-	if err != nil {
-		// New validated the schedule; this is not expected.
-		s.cfg.Log.Error().Err(err).Str(keyTable, name).Str("schedule", def.Schedule).Msg("schedule not added")
-		return
-	}
-	s.jobs[name] = job
 }
 
 // nextRun returns when table's schedule fires next, or nil.

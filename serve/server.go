@@ -44,6 +44,7 @@ type Server struct {
 	metrics *metrics
 	clock   clockwork.Clock // tests hand a fake one before Run
 
+	reloadMu sync.Mutex // serializes SetTables with Run's start and stop of the scheduler
 	mu       sync.Mutex
 	tables   map[string]tableDef // the configured tables, by name
 	runs     map[string]*runState
@@ -165,25 +166,29 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 		ready()
 	}
 
+	s.reloadMu.Lock()
 	s.mu.Lock()
 	names := s.configuredLocked()
-	s.mu.Unlock()
-	s.buildUnpublished(names)
-	s.mu.Lock()
-	for _, name := range names {
-		s.scheduleLocked(s.tables[name])
+	var defs []tableDef
+	for _, n := range names {
+		defs = append(defs, s.tables[n])
 	}
 	s.mu.Unlock()
+	s.buildUnpublished(names)
+	s.schedule(sched, defs)
 	sched.Start()
+	s.reloadMu.Unlock()
 
 	<-ctx.Done()
 	s.cfg.Log.Info().Msg("shutting down: no new requests; requests in flight may finish; running rebuilds are abandoned")
+	s.reloadMu.Lock()
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
 	if err := sched.Shutdown(); err != nil {
 		s.cfg.Log.Warn().Err(err).Msg("scheduler shutdown")
 	}
+	s.reloadMu.Unlock()
 	cancelRuns()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
@@ -257,6 +262,10 @@ func (s *Server) SetTables(tables []Table) error {
 	if err != nil {
 		return err
 	}
+	// One reload at a time; gocron is called without s.mu held, since its
+	// tasks take s.mu.
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
 	s.mu.Lock()
 	old := s.tables
 	s.tables = map[string]tableDef{}
@@ -269,19 +278,31 @@ func (s *Server) SetTables(tables []Table) error {
 			added = append(added, d.Name)
 		}
 	}
+	// Schedules of removed tables, and changed schedules, go; an unchanged
+	// schedule keeps its job (and its phase).
+	var drop []gocron.Job
+	var add []tableDef
 	if s.sched != nil && !s.stopping {
 		for name, job := range s.jobs {
-			if err := s.sched.RemoveJob(job.ID()); err != nil {
-				s.cfg.Log.Warn().Err(err).Str(keyTable, name).Msg("remove schedule")
+			if d, ok := s.tables[name]; !ok || d.Schedule != old[name].Schedule {
+				drop = append(drop, job)
+				delete(s.jobs, name)
 			}
-			delete(s.jobs, name)
 		}
 		for _, name := range s.configuredLocked() {
-			s.scheduleLocked(s.tables[name])
+			if _, ok := s.jobs[name]; !ok {
+				add = append(add, s.tables[name])
+			}
 		}
 	}
-	running := s.db != nil
+	sched, running := s.sched, s.db != nil
 	s.mu.Unlock()
+	for _, job := range drop {
+		if err := sched.RemoveJob(job.ID()); err != nil {
+			s.cfg.Log.Warn().Err(err).Str(keyTable, job.Name()).Msg("remove schedule")
+		}
+	}
+	s.schedule(sched, add)
 	s.cfg.Log.Info().Strs("added", added).Int("tables", len(defs)).Msg("tables reloaded")
 	if running {
 		s.buildUnpublished(added)

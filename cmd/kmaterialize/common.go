@@ -109,11 +109,13 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 	default:
 		return zerolog.Nop(), usageErrorf("--log-format %q: want auto, console or json", format)
 	}
+	// Clients log from goroutines of their own (librdkafka's log and event
+	// forwarders): one lock keeps their lines whole, whatever w is.
 	var log zerolog.Logger
 	if format == "console" {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"})
+		log = zerolog.New(zerolog.SyncWriter(zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}))
 	} else {
-		log = zerolog.New(w)
+		log = zerolog.New(zerolog.SyncWriter(w))
 	}
 	return log.Level(lvl).With().Timestamp().Logger(), nil
 }
