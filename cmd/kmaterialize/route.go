@@ -342,6 +342,14 @@ func onlyTableFlags(c *cli.Context, table string) error {
 	return &usageError{
 		msg: fmt.Sprintf("a daemon holds the database, so it runs the rebuild of table %q as its config defines the table; the request sends only the table name, and %s would change what is built",
 			table, strings.Join(refused, ", ")),
-		hint: fmt.Sprintf("kmaterialize rebuild --db %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", c.String("db"), table),
+		hint: fmt.Sprintf("kmaterialize rebuild %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", where(c), table),
 	}
+}
+
+// where is how the command named the daemon: --socket, or --db.
+func where(c *cli.Context) string {
+	if s := c.String("socket"); s != "" {
+		return "--socket " + s
+	}
+	return "--db " + c.String("db")
 }
