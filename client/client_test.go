@@ -242,6 +242,12 @@ func TestClient(t *testing.T) {
 	if diff := cmp.Diff(wantK, lines); diff != "" {
 		t.Fatalf("Rows with prefix k0, limit 15 (-want +got):\n%s", diff)
 	}
+	// A limit above the most rows a page may have (a scan --limit 20000)
+	// is paged, not sent as is: every row.
+	n := 0
+	if _, err := f.cl.Rows(ctx(t), "t", client.RowsOptions{Limit: 20000, PageSize: 50000, Base64: true}, func(client.Row) error { n++; return nil }); err != nil || n != len(want) {
+		t.Fatalf("Rows with limit 20000: %d rows, %v; want %d", n, err, len(want))
+	}
 	// Without base64 the key that is not UTF-8 fails the page: 422.
 	if _, err := f.cl.Rows(ctx(t), "t", client.RowsOptions{}, func(client.Row) error { return nil }); !client.IsCode(err, client.CodeNotUTF8) {
 		t.Fatalf("Rows of a table with a key that is not UTF-8: %v, want %s", err, client.CodeNotUTF8)

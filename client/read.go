@@ -35,6 +35,13 @@ func (c *Client) Get(ctx context.Context, table string, key []byte) (value []byt
 	return value, gen, nil
 }
 
+// Page sizes of Rows: the daemon's default, and the most it answers in
+// one page.
+const (
+	DefaultPageSize = 1000
+	MaxPageSize     = 10000
+)
+
 // RowsOptions select the rows of a scan. The zero value is every row, in
 // pages of the daemon's default size, from the generation published when
 // the first page is read.
@@ -43,8 +50,8 @@ type RowsOptions struct {
 	Prefix []byte
 	// Limit is the most rows to return in all; 0 is no limit.
 	Limit int
-	// PageSize is the rows per request: 0 is the daemon's default (1000),
-	// at most 10000.
+	// PageSize is the rows per request: 0 is DefaultPageSize, more than
+	// MaxPageSize is MaxPageSize.
 	PageSize int
 	// Generation pins every page to that generation; 0 pins them to the
 	// first page's.
@@ -90,13 +97,14 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 		if o.Base64 {
 			q.Set("encoding", "base64")
 		}
-		limit := o.PageSize
-		if o.Limit > 0 && (limit == 0 || o.Limit-n < limit) {
+		limit := min(o.PageSize, MaxPageSize)
+		if limit <= 0 {
+			limit = DefaultPageSize
+		}
+		if o.Limit > 0 && o.Limit-n < limit {
 			limit = o.Limit - n
 		}
-		if limit > 0 {
-			q.Set("limit", strconv.Itoa(limit))
-		}
+		q.Set("limit", strconv.Itoa(limit))
 		more, last, rows, pageGen, err := c.rowsPage(ctx, path, q, o.Base64, fn)
 		if err != nil {
 			return gen, err

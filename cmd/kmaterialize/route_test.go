@@ -220,6 +220,7 @@ func TestRoutedCLI(t *testing.T) {
 		{0, []string{"scan", "--table", "balances", "--prefix", "k", "--format", "jsonl"}},
 		{0, []string{"scan", "--table", "balances", "--prefix", "k", "--format", "tsv"}},
 		{0, []string{"scan", "--table", "balances", "--prefix", "k0", "--limit", "1100", "--format", "jsonl"}},
+		{0, []string{"scan", "--table", "balances", "--limit", "20000", "--base64", "--format", "tsv"}},
 		{0, []string{"scan", "--table", "balances", "--prefix", ".", "--format", "tsv"}},
 		{exitUsage, []string{"scan", "--table", "balances", "--prefix", "t", "--format", "tsv"}}, // a tab
 		{exitUsage, []string{"scan", "--table", "balances", "--prefix", "v", "--format", "jsonl"}},
