@@ -50,6 +50,15 @@ through it: the database's holder record (FILE.holder) names its socket.
 --socket PATH (or KMATERIALIZE_SOCKET) names the daemon to ask. The output
 and exit code are those of the same command reading the file.`
 
+// rebuildDaemonHelp follows daemonHelp in rebuild's help.
+const rebuildDaemonHelp = `
+
+A routed rebuild sends only the table's name (--table, or the topic's) and
+waits for the run: the daemon builds the table as its config says, so
+--config, --db, --table, --socket, --lock-timeout and --progress-interval are
+all it takes; any other flag is exit 2. A rebuild of the table already
+running in the daemon is exit 7.`
+
 // rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
 // they say which table and which daemon, or how to show it, never how it is
 // built (the daemon's config decides that).
@@ -69,6 +78,7 @@ func withDaemon(cmd *cli.Command) {
 	if cmd.Name != "rebuild" {
 		return
 	}
+	cmd.Description += rebuildDaemonHelp
 	action := cmd.Action
 	cmd.Action = func(c *cli.Context) error {
 		// The table's name, as the direct path takes it: --table, or the
