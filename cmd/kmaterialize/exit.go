@@ -28,9 +28,13 @@ const (
 
 // exitCode maps an error kind to its exit code: the one place that does.
 func exitCode(err error) int {
+	var de *daemonError
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &de):
+		// The daemon's answer, mapped to the direct path's code in route.go.
+		return de.code
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
 		errors.As(err, new(*serve.ConfigError)):
@@ -58,7 +62,10 @@ func exitCode(err error) int {
 // hint says what to try next, for the errors where there is something.
 func hint(err error) string {
 	var u *usageError
+	var de *daemonError
 	switch {
+	case errors.As(err, &de) && de.hint != "":
+		return de.hint
 	case errors.As(err, &u):
 		if u.hint != "" {
 			return u.hint
