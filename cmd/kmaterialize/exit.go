@@ -82,6 +82,11 @@ func hint(err error) string {
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
+		var le *store.LockedError
+		if errors.As(err, &le) && le.Holder != nil && le.Holder.Socket != "" {
+			// A daemon does not finish: waiting cannot help.
+			return fmt.Sprintf("a kmaterialize daemon holds the database: get, scan, tables, export and rebuild go through it (--socket %s); stop the daemon to run this command on the file", le.Holder.Socket)
+		}
 		return "wait for the holder to finish and run the command again, or give it longer with --lock-timeout"
 	case errors.As(err, new(*checkFailed)):
 		return fmt.Sprintf("to start over and keep the damaged file: kmaterialize rebuild --db %s --replace-corrupt ...", corruptPath(err))
