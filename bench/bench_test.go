@@ -40,17 +40,6 @@ const (
 // heap with the benchmark.
 const envRaw = "KMATERIALIZE_BENCH_RAW_BROKERS"
 
-func TestMain(m *testing.M) {
-	if addr := os.Getenv(envRaw); addr != "" {
-		os.Exit(rawMain(addr))
-	}
-	code := m.Run()
-	if fix != nil {
-		fix.close()
-	}
-	os.Exit(code)
-}
-
 // rawProps are the consumer properties of the raw consume: the replay's
 // tuned defaults with the prefetch queue a rebuild with the default
 // --memory gets (materialize: DefaultMemory/8), so that the two differ only

@@ -187,6 +187,14 @@ type tableJSON struct {
 	Run        *runJSON               `json:"run"`
 	// SkippedRuns counts scheduled runs skipped because one was going.
 	SkippedRuns int64 `json:"skipped_runs"`
+
+	// The rest of the stored metadata, so that a client (the routed
+	// `kmaterialize tables`) shows exactly what the file says: built_at
+	// has nanoseconds, duration_ns is took_ms unrounded.
+	DurationNS      *int64           `json:"duration_ns"`
+	SkippedByReason map[string]int64 `json:"skipped_by_reason,omitempty"`
+	Empty           bool             `json:"empty,omitempty"`
+	Extra           map[string]int64 `json:"extra,omitempty"`
 }
 
 type lastErrorJSON struct {
@@ -239,8 +247,10 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		m := snap.Meta
 		t.Topic, t.Fold, t.Params = m.Topic, m.Fold, m.Params
 		gen, keys, took, recs, skip := m.Generation, m.Keys, m.Duration.Milliseconds(), m.Records, m.Skipped
-		built := m.BuiltAt.UTC().Format(time.RFC3339)
+		built := m.BuiltAt.UTC().Format(time.RFC3339Nano)
 		t.Generation, t.Keys, t.TookMS, t.Records, t.Skipped, t.BuiltAt = &gen, &keys, &took, &recs, &skip, &built
+		dur := int64(m.Duration)
+		t.DurationNS, t.SkippedByReason, t.Empty, t.Extra = &dur, m.SkippedByReason, m.Empty, m.Extra
 		cp, ok, err := checkpoint.Load(snap.Tx, table)
 		if err != nil {
 			return err

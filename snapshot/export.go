@@ -179,7 +179,13 @@ func Text(key, b []byte, what string, b64 bool) (string, error) {
 // the same directory, fsyncs it, renames it over path and fsyncs the
 // directory. On any error the previous file at path is untouched and the
 // temporary file is removed.
-func WriteFile(db *store.DB, table, path string, opts Options) (err error) {
+func WriteFile(db *store.DB, table, path string, opts Options) error {
+	return WriteFileWith(path, func(w io.Writer) error { return Write(db, table, w, opts) })
+}
+
+// WriteFileWith writes path atomically, as WriteFile does, with what write
+// writes (the daemon's export, for the CLI's routed path).
+func WriteFileWith(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -191,7 +197,7 @@ func WriteFile(db *store.DB, table, path string, opts Options) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := Write(db, table, tmp, opts); err != nil {
+	if err := write(tmp); err != nil {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {

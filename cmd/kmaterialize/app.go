@@ -60,6 +60,9 @@ Try: kmaterialize demo`,
 			cmd.OnUsageError = app.OnUsageError
 		}
 		checkRequired(cmd)
+		// Between the two: a routed rebuild needs no --topic, and --config
+		// may name the database.
+		withDaemon(cmd)
 		// After checkRequired: the file's values count as given.
 		withConfig(cmd)
 	}

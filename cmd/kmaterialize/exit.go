@@ -28,9 +28,13 @@ const (
 
 // exitCode maps an error kind to its exit code: the one place that does.
 func exitCode(err error) int {
+	var de *daemonError
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &de):
+		// The daemon's answer, mapped to the direct path's code in route.go.
+		return de.code
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
 		errors.As(err, new(*serve.ConfigError)):
@@ -58,7 +62,10 @@ func exitCode(err error) int {
 // hint says what to try next, for the errors where there is something.
 func hint(err error) string {
 	var u *usageError
+	var de *daemonError
 	switch {
+	case errors.As(err, &de) && de.hint != "":
+		return de.hint
 	case errors.As(err, &u):
 		if u.hint != "" {
 			return u.hint
@@ -75,6 +82,11 @@ func hint(err error) string {
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
+		var le *store.LockedError
+		if errors.As(err, &le) && le.Holder != nil && le.Holder.Socket != "" {
+			// A daemon does not finish: waiting cannot help.
+			return fmt.Sprintf("a kmaterialize daemon holds the database: get, scan, tables, export and rebuild go through it (--socket %s); stop the daemon to run this command on the file", le.Holder.Socket)
+		}
 		return "wait for the holder to finish and run the command again, or give it longer with --lock-timeout"
 	case errors.As(err, new(*checkFailed)):
 		return fmt.Sprintf("to start over and keep the damaged file: kmaterialize rebuild --db %s --replace-corrupt ...", corruptPath(err))

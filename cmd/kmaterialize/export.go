@@ -29,7 +29,7 @@ Examples:
   $ kmaterialize export --db votes.db --table studio-votes --out studio-votes.json
   $ kmaterialize export --db votes.db --table studio-votes | sha256sum`,
 		Flags: []cli.Flag{
-			configFlag(), dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "out", Usage: "write to `FILE` atomically instead of stdout"},
 			&cli.BoolFlag{Name: "base64", Usage: "encode keys and values in base64"},
@@ -37,6 +37,11 @@ Examples:
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageErrorf("unexpected argument %q", c.Args().First())
+			}
+			if routed, err := viaDaemon(c, func(d *daemon) error {
+				return exportVia(c, d, c.String("table"), c.String("out"), c.Bool("base64"))
+			}); routed {
+				return err
 			}
 			db, err := openRead(c)
 			if err != nil {

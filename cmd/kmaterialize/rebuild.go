@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -71,7 +72,7 @@ Examples:
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
 		Flags: append([]cli.Flag{
-			configFlag(), brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(),
+			configFlag(), brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.BoolFlag{Name: "replace-corrupt", Usage: "if the database is corrupt, move it aside to FILE.corrupt-<UTC time> and build a fresh one"},
 			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
 			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
@@ -310,8 +311,12 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}
-	m := rep.Meta
-	fmt.Fprintf(stdoutOf(c), "published table %s: generation %d, %d keys, %d records read, %d skipped%s, in %s\n",
+	return printPublished(stdoutOf(c), rep.Meta)
+}
+
+// printPublished prints the line of a rebuild that published m.
+func printPublished(w io.Writer, m store.TableMeta) error {
+	_, err := fmt.Fprintf(w, "published table %s: generation %d, %d keys, %d records read, %d skipped%s, in %s\n",
 		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, byReason(m.SkippedByReason), m.Duration.Round(time.Millisecond))
-	return nil
+	return err
 }

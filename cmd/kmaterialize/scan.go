@@ -33,7 +33,7 @@ Examples:
   $ kmaterialize scan --db balances.db --table account-balances
   $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv`,
 		Flags: []cli.Flag{
-			configFlag(), dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "prefix", Usage: "only keys starting with `PREFIX`"},
 			&cli.IntFlag{Name: "limit", Usage: "at most `N` rows (0: all)"},
@@ -51,18 +51,21 @@ Examples:
 			if c.Int("limit") < 0 {
 				return usageErrorf("--limit must not be negative")
 			}
+			table := c.String("table")
+			var prefix []byte
+			if c.IsSet("prefix") {
+				prefix = []byte(c.String("prefix"))
+			}
+			if routed, err := viaDaemon(c, func(d *daemon) error { return scanVia(c, d, table, prefix, c.Int("limit")) }); routed {
+				return err
+			}
 			db, err := openRead(c)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			table := c.String("table")
 			if _, err := db.Table(table); err != nil {
 				return err
-			}
-			var prefix []byte
-			if c.IsSet("prefix") {
-				prefix = []byte(c.String("prefix"))
 			}
 			bw := bufio.NewWriterSize(stdoutOf(c), 64<<10)
 			err = db.ReadTable(table, func(s *store.Snapshot) error {

@@ -195,6 +195,12 @@ func TestServeConfigErrors(t *testing.T) {
 	if !strings.Contains(r.stderr, "t.db.sock") {
 		t.Fatalf("second daemon: stderr does not name the first one's socket:\n%s", r.stderr)
 	}
+	// A command that is not routed (check) is busy too; its hint says that
+	// waiting cannot help and which socket answers instead.
+	r = mustCLI(t, exitBusy, "check", "--db", filepath.Join(dir, "t.db"), "--lock-timeout", "0")
+	if !strings.Contains(r.stderr, "a kmaterialize daemon holds the database") || !strings.Contains(r.stderr, "--socket "+filepath.Join(dir, "t.db.sock")) {
+		t.Fatalf("check on a daemon's database: the hint does not point to the daemon:\n%s", r.stderr)
+	}
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

@@ -34,12 +34,15 @@ Examples:
   $ kmaterialize tables --db balances.db
   $ kmaterialize tables --db balances.db --format json`,
 		Flags: []cli.Flag{
-			configFlag(), dbFlag(true), lockTimeoutFlag(),
+			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			format, err := textOrJSON(c)
 			if err != nil {
+				return err
+			}
+			if routed, err := viaDaemon(c, func(d *daemon) error { return tablesVia(c, d, format) }); routed {
 				return err
 			}
 			db, err := openRead(c)
@@ -51,14 +54,19 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				enc := json.NewEncoder(stdoutOf(c))
-				enc.SetIndent("", "  ")
-				return enc.Encode(infos)
-			}
-			return printTables(stdoutOf(c), db.Path(), infos)
+			return renderTables(c, format, db.Path(), infos)
 		},
 	}
+}
+
+// renderTables prints infos in format, for the database at path.
+func renderTables(c *cli.Context, format, path string, infos []tableInfo) error {
+	if format == "json" {
+		enc := json.NewEncoder(stdoutOf(c))
+		enc.SetIndent("", "  ")
+		return enc.Encode(infos)
+	}
+	return printTables(stdoutOf(c), path, infos)
 }
 
 type tableInfo struct {

@@ -1,0 +1,213 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// Get returns the value of key in table and the generation that answered
+// (GET /v1/tables/{table}/keys/{key}). An absent key is an *Error with
+// CodeKeyNotFound, an unknown table CodeTableNotFound, a configured table
+// never published CodeTableNotReady (status 503, with RetryAfter).
+func (c *Client) Get(ctx context.Context, table string, key []byte) (value []byte, gen uint64, err error) {
+	path := tablePath(table, "/keys/"+escapeSegment(string(key)))
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if gen, err = generation(resp); err != nil {
+		return nil, 0, fmt.Errorf("GET %s: %w", path, err)
+	}
+	value, err = io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, fmt.Errorf("GET %s: read the value: %w", path, err)
+	}
+	return value, gen, nil
+}
+
+// Page sizes of Rows: the daemon's default, and the most it answers in
+// one page.
+const (
+	DefaultPageSize = 1000
+	MaxPageSize     = 10000
+)
+
+// RowsOptions select the rows of a scan. The zero value is every row, in
+// pages of the daemon's default size, from the generation published when
+// the first page is read.
+type RowsOptions struct {
+	// Prefix keeps only keys that start with it.
+	Prefix []byte
+	// Limit is the most rows to return in all; 0 is no limit.
+	Limit int
+	// PageSize is the rows per request: 0 is DefaultPageSize, more than
+	// MaxPageSize is MaxPageSize.
+	PageSize int
+	// Generation pins every page to that generation; 0 pins them to the
+	// first page's.
+	Generation uint64
+	// Base64 asks for keys and values base64-encoded (encoding=base64), so
+	// that rows that are not UTF-8 can be read; Row.Key and Row.Value are
+	// the raw bytes either way, Row.Line is the line as sent.
+	Base64 bool
+}
+
+// Row is one row of a scan.
+type Row struct {
+	Key, Value []byte
+	// Line is the row's JSON line as the daemon sent it, newline included:
+	// what `kmaterialize scan --format jsonl` prints for it (with --base64
+	// when RowsOptions.Base64).
+	Line []byte
+}
+
+// Rows calls fn with each row of table in key order
+// (GET /v1/tables/{table}/rows, page after page, each next page after the
+// last key of the one before), reading each page's lines as they arrive.
+// Every page is read from one generation, which Rows returns: when a
+// publish replaces it mid-scan, the next page fails with an *Error of
+// CodeGenerationGone (409) and the caller starts over. An error fn returns
+// ends the scan and is returned as is.
+func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(Row) error) (gen uint64, err error) {
+	path := tablePath(table, "/rows")
+	gen = o.Generation
+	var after []byte
+	n := 0
+	for {
+		q := url.Values{}
+		if len(o.Prefix) > 0 {
+			q.Set("prefix", string(o.Prefix))
+		}
+		if after != nil {
+			q.Set("after", string(after))
+		}
+		if gen != 0 {
+			q.Set("generation", strconv.FormatUint(gen, 10))
+		}
+		if o.Base64 {
+			q.Set("encoding", "base64")
+		}
+		limit := min(o.PageSize, MaxPageSize)
+		if limit <= 0 {
+			limit = DefaultPageSize
+		}
+		if o.Limit > 0 && o.Limit-n < limit {
+			limit = o.Limit - n
+		}
+		q.Set("limit", strconv.Itoa(limit))
+		more, last, rows, pageGen, err := c.rowsPage(ctx, path, q, o.Base64, fn)
+		if err != nil {
+			return gen, err
+		}
+		if gen == 0 {
+			gen = pageGen
+		}
+		n += rows
+		if !more || rows == 0 || (o.Limit > 0 && n >= o.Limit) {
+			return gen, nil
+		}
+		after = last
+	}
+}
+
+// rowsPage reads one page, calling fn for each row.
+func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64 bool, fn func(Row) error) (more bool, last []byte, n int, gen uint64, err error) {
+	resp, err := c.do(ctx, http.MethodGet, path, q)
+	if err != nil {
+		return false, nil, 0, 0, err
+	}
+	defer resp.Body.Close()
+	if gen, err = generation(resp); err != nil || gen == 0 {
+		return false, nil, 0, 0, fmt.Errorf("GET %s: %w", path, errors.Join(err, errNoGeneration))
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, rerr := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if line[len(line)-1] != '\n' {
+				return false, nil, n, gen, fmt.Errorf("GET %s: the page ends inside a line: %w", path, io.ErrUnexpectedEOF)
+			}
+			row, err := parseRow(line, b64)
+			if err != nil {
+				return false, nil, n, gen, fmt.Errorf("GET %s: line %d: %w", path, n+1, err)
+			}
+			if err := fn(row); err != nil {
+				return false, nil, n, gen, err
+			}
+			n++
+			last = row.Key
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return false, nil, n, gen, fmt.Errorf("GET %s: %w", path, rerr)
+		}
+	}
+	return resp.Header.Get(HeaderMore) == "true", last, n, gen, nil
+}
+
+// parseRow decodes one {"key": ..., "value": ...} line.
+func parseRow(line []byte, b64 bool) (Row, error) {
+	var r struct {
+		Key   *string `json:"key"`
+		Value *string `json:"value"`
+	}
+	if err := json.Unmarshal(line, &r); err != nil || r.Key == nil || r.Value == nil {
+		return Row{}, fmt.Errorf("not a {key, value} line: %q", bytes.TrimSpace(line))
+	}
+	row := Row{Key: []byte(*r.Key), Value: []byte(*r.Value), Line: line}
+	if b64 {
+		var err error
+		if row.Key, err = base64.StdEncoding.DecodeString(*r.Key); err != nil {
+			return Row{}, fmt.Errorf("key %q: %w", *r.Key, err)
+		}
+		if row.Value, err = base64.StdEncoding.DecodeString(*r.Value); err != nil {
+			return Row{}, fmt.Errorf("value of key %q: %w", *r.Key, err)
+		}
+	}
+	return row, nil
+}
+
+// ExportOptions tune an export. The zero value is the default.
+type ExportOptions struct {
+	// Base64 encodes keys and values in base64, as `export --base64`.
+	Base64 bool
+}
+
+// Export writes to w the document `kmaterialize export` writes for table
+// (GET /v1/tables/{table}/export) and returns the generation it is of. A
+// key or value that is not UTF-8 without Base64 is an *Error of
+// CodeNotUTF8 before anything is written; a response cut short (the daemon
+// failed mid-document) is an error after part of it was written, so a
+// caller that must not leave a partial document writes w somewhere
+// temporary first.
+func (c *Client) Export(ctx context.Context, table string, o ExportOptions, w io.Writer) (gen uint64, err error) {
+	path := tablePath(table, "/export")
+	q := url.Values{}
+	if o.Base64 {
+		q.Set("encoding", "base64")
+	}
+	resp, err := c.do(ctx, http.MethodGet, path, q)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if gen, err = generation(resp); err != nil {
+		return 0, fmt.Errorf("GET %s: %w", path, err)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return gen, fmt.Errorf("GET %s: %w", path, err)
+	}
+	return gen, nil
+}
