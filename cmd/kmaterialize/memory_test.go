@@ -27,20 +27,23 @@ import (
 // holds 256 KiB of rows before spilling a run.
 const spillMemory = "1MiB"
 
-// spillRecords are n records of distinct keys with 250-byte values over two
-// partitions, about 300 bytes of held rows each, and every tenth one a
-// tombstone of a key of the first batch: at --memory 1MiB, 3000 of them
+// spillRecords are n records of mostly distinct keys with 250-byte values
+// over two partitions, about 300 bytes of held rows each, and every tenth
+// one a tombstone of a key of genRecords: at --memory 1MiB, 3000 of them
 // spill several runs.
 func spillRecords(rng *rand.Rand, n int) []localkafka.Record {
 	out := make([]localkafka.Record, 0, n)
 	for i := range n {
-		p := int32(i % 2)
 		if i%10 == 9 {
+			p := int32(i % 2)
 			out = append(out, localkafka.Record{Partition: p, Key: []byte(fmt.Sprintf("p%d-k%02d", p, rng.Intn(8)))})
 			continue
 		}
+		// A key stays in one partition (across partitions the order of
+		// two records of a key is undefined).
+		k := rng.Intn(4 * n)
 		v := bytes.Repeat([]byte{byte('a' + rng.Intn(26))}, 250)
-		out = append(out, localkafka.Record{Partition: p, Key: []byte(fmt.Sprintf("sp-%05d", rng.Intn(4*n))), Value: v})
+		out = append(out, localkafka.Record{Partition: int32(k % 2), Key: []byte(fmt.Sprintf("sp-%05d", k)), Value: v})
 	}
 	return out
 }
