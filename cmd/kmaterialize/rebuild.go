@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -146,6 +149,25 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// limitGoMemory sets the Go runtime's soft memory limit to the part of
+// --memory that is Go memory (all but the client's prefetch queue, which is
+// C memory: materialize's memorySplit), so that the collector runs before
+// the heap's garbage takes the process past --memory, instead of letting
+// the heap grow to twice its live data. A limit already set (GOMEMLIMIT)
+// wins. Only the kmaterialize process does this, not tests that call run
+// in their own process. The returned function restores the limit.
+func limitGoMemory(memory int64) func() {
+	if memory <= 0 {
+		memory = materialize.DefaultMemory
+	}
+	prev := debug.SetMemoryLimit(-1)
+	if prev != math.MaxInt64 {
+		return func() {}
+	}
+	debug.SetMemoryLimit(memory - memory/8)
+	return func() { debug.SetMemoryLimit(prev) }
 }
 
 // startCPUProfile writes a CPU profile to path until the returned function
@@ -299,6 +321,9 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	opts.Replay.Progress = prog.update
 	opts.Replay.ProgressInterval = prog.tick()
 	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
+	if !testing.Testing() {
+		defer limitGoMemory(o.spec.Memory)()
+	}
 	if p := c.String("cpuprofile"); p != "" {
 		stopProfile, err := startCPUProfile(p)
 		if err != nil {
