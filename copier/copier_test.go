@@ -522,7 +522,7 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	delayed := false
+	var delayed atomic.Bool // set by the broker's control goroutine
 	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		r := req.(*kmsg.EndTxnRequest)
 		if r.TransactionalID != dst+"-txn" || !r.Commit {
@@ -530,7 +530,7 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 			return nil, nil, false
 		}
 		once.Do(func() {
-			delayed = true
+			delayed.Store(true)
 			broker.Cluster.SleepControl(func() { time.Sleep(1500 * time.Millisecond) })
 		})
 		return nil, nil, false
@@ -542,8 +542,8 @@ func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !delayed || sum.Retries == 0 || sum.Aborts != 0 {
-		t.Fatalf("summary %+v (delayed %v): want a retried commit and no abort", sum, delayed)
+	if !delayed.Load() || sum.Retries == 0 || sum.Aborts != 0 {
+		t.Fatalf("summary %+v (delayed %v): want a retried commit and no abort", sum, delayed.Load())
 	}
 	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)

@@ -112,6 +112,12 @@ func viaDaemon(c *cli.Context, fn func(*daemon) error) (bool, error) {
 	var cl *client.Client
 	if s := c.String("socket"); s != "" {
 		cl = client.Dial(s)
+		if path := c.String("db"); path != "" {
+			if err := daemonHolds(c.Context, path, s, cl); err != nil {
+				cl.Close()
+				return true, err
+			}
+		}
 	} else if path := c.String("db"); path != "" {
 		h := store.ReadHolder(path)
 		if h == nil || h.Socket == "" {
@@ -130,6 +136,46 @@ func viaDaemon(c *cli.Context, fn func(*daemon) error) (bool, error) {
 	}
 	defer cl.Close()
 	return true, fn(&daemon{cl: cl})
+}
+
+// daemonHolds refuses a --socket (often from KMATERIALIZE_SOCKET, set long
+// ago) whose daemon is not the one holding --db: its answers would come from
+// another database. The database's live holder record must name that
+// socket; a file with no live holder while a daemon answers on the socket is
+// refused too. A --db that is not on this host (no file) is left to the
+// daemon: the socket is then the only name of the database there is.
+func daemonHolds(ctx context.Context, path, socket string, cl *client.Client) error {
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	h := store.ReadHolder(path)
+	if h != nil {
+		if h.Socket != "" && sameFile(h.Socket, socket) {
+			return nil
+		}
+		return &usageError{msg: fmt.Sprintf("--socket %s: that daemon does not hold %s, which is held by %s", socket, path, h),
+			hint: "drop --socket (and KMATERIALIZE_SOCKET): the command finds the daemon that holds --db on its own"}
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if cl.Healthz(pctx) != nil {
+		return nil // nobody answers there: the request itself says so
+	}
+	return &usageError{msg: fmt.Sprintf("--socket %s: that daemon does not hold %s (no daemon holds it)", socket, path),
+		hint: "drop --socket (and KMATERIALIZE_SOCKET) to read the file itself, or give the --db the daemon serves"}
+}
+
+// sameFile reports whether paths a and b name the same file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return a == b
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	return os.SameFile(sa, sb)
 }
 
 // daemonError is an answer of the daemon that fails a routed command. Its

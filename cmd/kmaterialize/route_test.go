@@ -285,6 +285,17 @@ func TestRoutedCLI(t *testing.T) {
 	if r := quiet(t, routedArgs([]string{"export", "--table", "balances", "--base64", "--out", filepath.Join(outDir, "routed.json")})...); r.code != 0 {
 		t.Fatalf("routed export --out: exit %d\n%s", r.code, r.stderr)
 	}
+	// --socket naming a daemon that does not hold --db (say, a stale
+	// KMATERIALIZE_SOCKET) is refused: its answers would come from another
+	// database.
+	other := filepath.Join(t.TempDir(), "other.db")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := quiet(t, "get", "--db", other, "--table", "balances", "--socket", s.sock, "k00001"); r.code != exitUsage ||
+		!strings.Contains(r.stderr, "that daemon does not hold "+other) || r.stdout != "" {
+		t.Fatalf("--socket of a daemon that does not hold --db: exit %d, stdout %q\n%s", r.code, r.stdout, r.stderr)
+	}
 	// The holder record named the socket: the same file is held, so the
 	// daemon answered.
 	if h := store.ReadHolder(s.db); h == nil || h.Socket != s.sock {
