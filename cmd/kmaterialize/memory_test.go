@@ -217,6 +217,15 @@ func TestRunsFailure(t *testing.T) {
 			if !strings.Contains(final, tc.want(db)) || !strings.Contains(final, "nothing published") {
 				t.Fatalf("error %q does not name %q and that nothing was published; stderr:\n%s", final, tc.want(db), stderr)
 			}
+			// The disk-full case: the failpoint says it fired.
+			for _, e := range env {
+				if file, ok := strings.CutPrefix(e, failpoint.EnvFile+"="); ok {
+					got, _ := os.ReadFile(file)
+					if want := "failpoint " + failpoint.RunWritten + " nowrite"; strings.TrimSpace(string(got)) != want {
+						t.Fatalf("failpoint file %q, want %q: the fault did not fire", got, want)
+					}
+				}
+			}
 			if f := runFiles(t, db); len(f) != 0 {
 				t.Fatalf("run files left after the failure: %v", f)
 			}
