@@ -159,6 +159,19 @@ func (g *Generation) bucket(tx *bolt.Tx) *bolt.Bucket {
 	return gens.Bucket(g.key)
 }
 
+// rowsBucket returns the generation's bucket and its rows bucket in tx:
+// ErrGenerationGone when the generation was dropped, ErrCorrupt when its
+// rows bucket is missing.
+func (g *Generation) rowsBucket(tx *bolt.Tx) (gb, rows *bolt.Bucket, err error) {
+	if gb = g.bucket(tx); gb == nil {
+		return nil, nil, ErrGenerationGone
+	}
+	if rows = gb.Bucket(BucketRows); rows == nil {
+		return nil, nil, fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+	}
+	return gb, rows, nil
+}
+
 // HasRows reports whether the unpublished generation has at least one row.
 // It is cheap (one cursor step), so a caller can check before Publish that
 // it is not about to replace a table with an empty one.
@@ -168,13 +181,9 @@ func (g *Generation) HasRows() (bool, error) {
 	}
 	has := false
 	err := g.db.bolt.View(func(tx *bolt.Tx) error {
-		gb := g.bucket(tx)
-		if gb == nil {
-			return ErrGenerationGone
-		}
-		rows := gb.Bucket(BucketRows)
-		if rows == nil {
-			return fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+		_, rows, err := g.rowsBucket(tx)
+		if err != nil {
+			return err
 		}
 		k, _ := rows.Cursor().First()
 		has = k != nil
@@ -220,13 +229,9 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 	}
 	var hookErr error
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
-		gb := g.bucket(tx)
-		if gb == nil {
-			return ErrGenerationGone
-		}
-		rows := gb.Bucket(BucketRows)
-		if rows == nil {
-			return fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+		gb, rows, err := g.rowsBucket(tx)
+		if err != nil {
+			return err
 		}
 		tables := tx.Bucket(BucketTables)
 		var prev uint64

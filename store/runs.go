@@ -458,13 +458,9 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 		}
 		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
-			gb := g.bucket(tx)
-			if gb == nil {
-				return ErrGenerationGone
-			}
-			rows := gb.Bucket(BucketRows)
-			if rows == nil {
-				return fmt.Errorf("%w: generation %d has no rows bucket", ErrCorrupt, g.id)
+			_, rows, err := g.rowsBucket(tx)
+			if err != nil {
+				return err
 			}
 			if first {
 				if k, _ := rows.Cursor().First(); k != nil {
