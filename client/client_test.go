@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +39,11 @@ type fixture struct {
 	topic string
 	cl    *client.Client
 	gate  chan struct{}
+	// produced is closed by the first produce: the daemon's first build
+	// waits for it, or it could capture the topic's end before the test's
+	// records are there and publish an empty table.
+	produced     chan struct{}
+	producedOnce sync.Once
 }
 
 func newFixture(t *testing.T, gated bool) *fixture { return newFixtureTCP(t, gated, "", "") }
@@ -46,7 +52,7 @@ func newFixture(t *testing.T, gated bool) *fixture { return newFixtureTCP(t, gat
 // ("" for none) with admin token token.
 func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 	t.Helper()
-	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", t.Name(), os.Getpid(), seq.Add(1))}
+	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", t.Name(), os.Getpid(), seq.Add(1)), produced: make(chan struct{})}
 	if err := broker.CreateTopic(f.topic, 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +71,11 @@ func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 		Listen: listen, AdminToken: token,
 		Tables: []serve.Table{{Name: "t", Topic: f.topic, Fold: "latest",
 			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
+				select {
+				case <-f.produced:
+				case <-ctx.Done():
+					return materialize.Report{}, ctx.Err()
+				}
 				if f.gate != nil {
 					select {
 					case <-f.gate:
@@ -123,6 +134,7 @@ func (f *fixture) produce(t *testing.T, o map[string]string, kv ...string) {
 	if _, err := broker.Produce(context.Background(), f.topic, recs); err != nil {
 		t.Fatal(err)
 	}
+	f.producedOnce.Do(func() { close(f.produced) })
 }
 
 func ctx(t *testing.T) context.Context {
