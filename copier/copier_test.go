@@ -934,11 +934,16 @@ func TestEOFPastUndeliveredRecordIsReread(t *testing.T) {
 	}
 	var mu sync.Mutex
 	skipped := 0 // fetches at offset 1 answered from offset 2
+	ended := false
+	t.Cleanup(func() { mu.Lock(); ended = true; mu.Unlock() })
 	broker.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		broker.Cluster.KeepControl()
-		f := req.(*kmsg.FetchRequest)
 		mu.Lock()
 		defer mu.Unlock()
+		if ended {
+			return nil, nil, false // not kept: the broker drops this control
+		}
+		broker.Cluster.KeepControl()
+		f := req.(*kmsg.FetchRequest)
 		for i := range f.Topics {
 			ft := &f.Topics[i]
 			if ft.Topic != from && (ft.TopicID == [16]byte{} || ft.TopicID != topicID) {
