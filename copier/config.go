@@ -78,5 +78,9 @@ type Summary struct {
 	// between the group's committed offset and the copy (each gap is
 	// logged with its offsets).
 	SkippedByRetention int64 `json:"skipped_by_retention,omitempty"`
-	ElapsedMs          int64 `json:"elapsed_ms"`
+	// EOFRereads counts records that the consumer had passed with a
+	// partition EOF without delivering them, found by the re-read that
+	// verifies every such EOF, and copied (each is logged).
+	EOFRereads int64 `json:"eof_rereads,omitempty"`
+	ElapsedMs  int64 `json:"elapsed_ms"`
 }
