@@ -74,6 +74,20 @@ func (h *held) put(key, value []byte) {
 	}
 }
 
+// get returns key's value (nil: a tombstone) and whether key is held. The
+// value is valid until the next put or reset.
+func (h *held) get(key []byte) ([]byte, bool) {
+	if h.n == 0 {
+		return nil, false
+	}
+	i, found := h.find(key, maphash.Bytes(h.seed, key))
+	if !found {
+		return nil, false
+	}
+	_, v := h.entry(h.slots[i].chunk, h.slots[i].off)
+	return v, true
+}
+
 // overwrite puts value into the entry at s if it fits the entry's value
 // space.
 func (h *held) overwrite(s slot, value []byte) bool {

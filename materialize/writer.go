@@ -25,18 +25,21 @@ var errWriterFailed = errors.New("table writer failed")
 // polling through a slow commit (the first one, which lays out a fresh
 // tree, takes longest) instead of stalling on send.
 //
-// The latest fold is sorted externally instead (fold.Latest.SortExternally):
-// its Fold calls only update the rows it holds in memory, outside any
-// transaction; when they reach the hold budget, the folder stage writes them
-// as a sorted run file (store.Generation.SpillRun), and finish merges the
-// runs and the rows still held into the generation in key order
-// (store.Generation.WriteMerged), so bbolt only ever appends.
+// The latest and count folds are sorted externally instead
+// (fold.Latest.SortExternally, fold.Count.SortExternally): their Fold calls
+// only update the rows (identities) they hold in memory, outside any
+// transaction; when they reach the hold budget, the folder stage writes
+// them as a sorted run file (store.Generation.SpillRun), and finish merges
+// the runs and the rows still held into the generation in key order
+// (store.Generation.WriteMerged; the count fold's identities into its index
+// with store.Generation.WriteMergedIndex, then its rows), so bbolt only
+// ever appends.
 type writer struct {
 	gen    *store.Generation
 	folder fold.Folder
 	budget int
-	sorter *fold.Latest // the folder, when sorted externally
-	runs   int          // run files spilled
+	sorter sorter // the folder, when sorted externally
+	runs   int    // run files spilled
 
 	in   chan []fold.Record
 	done chan struct{} // closed when both stages have ended
@@ -44,18 +47,30 @@ type writer struct {
 	once sync.Once
 }
 
+// sorter is a fold sorted externally: fold.Latest or fold.Count.
+type sorter interface {
+	Fold(t fold.Table, batch []fold.Record) error
+	Full() bool
+	Sorted() *fold.Rows
+	Reset()
+}
+
 // inBatches is the capacity, in replay batches, of the writer's input.
 const inBatches = 8
 
 // newWriter returns a writer that buffers budget bytes of records per
-// hand-off and, for the latest fold, holds up to hold bytes of rows in
-// memory before spilling a run.
+// hand-off and, for the latest and count folds, holds up to hold bytes of
+// rows (identities) in memory before spilling a run.
 func newWriter(gen *store.Generation, f fold.Folder, budget, hold int) *writer {
 	w := &writer{gen: gen, folder: f, budget: budget,
 		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
-	if l, ok := f.(*fold.Latest); ok {
-		l.SortExternally(hold)
-		w.sorter = l
+	switch f := f.(type) {
+	case *fold.Latest:
+		f.SortExternally(hold)
+		w.sorter = f
+	case *fold.Count:
+		f.SortExternally(hold)
+		w.sorter = f
 	}
 	return w
 }
@@ -91,6 +106,16 @@ func (w *writer) finish(ctx context.Context) error {
 		return w.write(w.folder.Finish)
 	}
 	w.runs = w.gen.Runs()
+	if c, ok := w.sorter.(*fold.Count); ok {
+		err := w.gen.WriteMergedIndex(ctx, fold.IdentityIndex, c.Sorted(), c.CombineIdentities)
+		c.Reset()
+		if err != nil {
+			return err
+		}
+		// The rows (one per group) and the conflict check, now that the
+		// merge has counted.
+		return w.write(c.Finish)
+	}
 	err := w.gen.WriteMerged(ctx, w.sorter.Sorted())
 	w.sorter.Reset()
 	return err
