@@ -147,7 +147,8 @@ func (g *Generation) Write(fn func(t fold.Table) error) error {
 	if err != nil {
 		return fmt.Errorf("write generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
-	g.keys += added // committed
+	// Committed: the rows it added count.
+	g.keys += added
 	failpoint.Hit(failpoint.FoldCommitAfter) // a crash here leaves the old table; the next open removes the unpublished generation and its committed rows
 	return nil
 }
