@@ -21,16 +21,16 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// countOracle is a plain fold of count events: for each identity, each
+// plainCount is a plain fold of count events: for each identity, each
 // distinct value (the generator writes one content as one byte string) at
 // its lowest position.
-type countOracle struct {
+type plainCount struct {
 	ids     map[string]map[string]fold.Position // identity -> value -> lowest position
 	groupOf map[string]string                   // value -> group
 	records int64
 }
 
-func (o *countOracle) add(id, group, value string, pos fold.Position) {
+func (o *plainCount) add(id, group, value string, pos fold.Position) {
 	o.records++
 	vs := o.ids[id]
 	if vs == nil {
@@ -50,8 +50,8 @@ func (o *countOracle) add(id, group, value string, pos fold.Position) {
 // random. Each identity has one content (its group and a payload), repeated
 // as duplicates; with conflicts, one identity in 50 gets a second content
 // now and then.
-func genCountBatches(rng *rand.Rand, order string, n, ids int, conflicts bool) ([][]fold.Record, *countOracle) {
-	o := &countOracle{ids: map[string]map[string]fold.Position{}, groupOf: map[string]string{}}
+func genCountBatches(rng *rand.Rand, order string, n, ids int, conflicts bool) ([][]fold.Record, *plainCount) {
+	o := &plainCount{ids: map[string]map[string]fold.Position{}, groupOf: map[string]string{}}
 	offsets := map[int32]int64{}
 	var out [][]fold.Record
 	next := 0
@@ -114,7 +114,7 @@ func TestCountExternalSortMatchesOracle(t *testing.T) {
 	}
 }
 
-func testCountExternal(t *testing.T, batches [][]fold.Record, o *countOracle, hold int) {
+func testCountExternal(t *testing.T, batches [][]fold.Record, o *plainCount, hold int) {
 	// The oracle's table, counters and index.
 	rows := map[string]string{}
 	var pairs int64
