@@ -101,8 +101,10 @@ type Count struct {
 	records, logical, duplicates, conflicts int64
 	minConflict                             []byte // smallest conflicting identity; nil if none
 
-	content []byte // reused canonical-content buffer
-	entries []byte // reused copy of an index value
+	content []byte         // reused canonical-content buffer
+	entries []byte         // reused copy of an index value
+	flat    flatEvent      // the fast path of a record
+	obj     map[string]any // the general path's object, until its content is appended
 
 	// Sorting externally (SortExternally): held maps an identity to its
 	// entries with their groups (heldEntryLen each); groups are numbered
@@ -314,12 +316,12 @@ func (c *Count) CombineIdentities(identity []byte, values [][]byte) ([]byte, err
 }
 
 // hold records one checked record's identity in memory (SortExternally).
-func (c *Count) hold(key []byte, group string, sum *[hashLen]byte, pos Position) {
-	gid, ok := c.gids[group]
+func (c *Count) hold(key, group []byte, sum *[hashLen]byte, pos Position) {
+	gid, ok := c.gids[string(group)]
 	if !ok {
 		gid = uint32(len(c.groups))
-		c.groups = append(c.groups, group)
-		c.gids[group] = gid
+		c.groups = append(c.groups, string(group))
+		c.gids[string(group)] = gid
 	}
 	c.folded++
 	old, found := c.held.get(key)
@@ -378,6 +380,34 @@ func (c *Count) Fold(t Table, batch []Record) error {
 	return nil
 }
 
+// decode is the general path of fold (flatEvent is the fast one): it
+// decodes any JSON value, and returns the identity and group texts, or a
+// *DataError (without position: fold adds it). It leaves the object in
+// c.obj and no content: fold appends it after its own checks.
+func (c *Count) decode(value []byte) (identity, group, content []byte, err error) {
+	dataErr := func(reason string, err error) error {
+		return &DataError{Kind: ReasonUndecodable, Reason: reason, Err: err}
+	}
+	v, err := decodeJSON(value)
+	if err != nil {
+		return nil, nil, nil, dataErr("value is not JSON", err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, nil, nil, dataErr(fmt.Sprintf("value is a JSON %s, not an object", jsonType(v)), nil)
+	}
+	id, err := fieldText(obj, c.cfg.IdentityField)
+	if err != nil {
+		return nil, nil, nil, dataErr(err.Error(), nil)
+	}
+	g, err := fieldText(obj, c.cfg.GroupField)
+	if err != nil {
+		return nil, nil, nil, dataErr(err.Error(), nil)
+	}
+	c.obj = obj
+	return []byte(id), []byte(g), nil, nil
+}
+
 // fold counts one record. A *DataError it returns has changed nothing:
 // every check comes before the first index write.
 func (c *Count) fold(idx KV, r *Record) error {
@@ -388,21 +418,19 @@ func (c *Count) fold(idx KV, r *Record) error {
 	if r.Value == nil {
 		return dataErr("value is null", nil)
 	}
-	v, err := decodeJSON(r.Value)
-	if err != nil {
-		return dataErr("value is not JSON", err)
-	}
-	obj, ok := v.(map[string]any)
+	identity, group, content, ok := c.flat.parse(r.Value, c.cfg.IdentityField, c.cfg.GroupField, c.ignore, c.content[:0])
 	if !ok {
-		return dataErr(fmt.Sprintf("value is a JSON %s, not an object", jsonType(v)), nil)
+		var err error
+		if identity, group, content, err = c.decode(r.Value); err != nil {
+			var de *DataError
+			if errors.As(err, &de) {
+				de.Topic, de.Partition, de.Offset = c.cfg.Topic, r.Partition, r.Offset
+			}
+			return err
+		}
 	}
-	identity, err := fieldText(obj, c.cfg.IdentityField)
-	if err != nil {
-		return dataErr(err.Error(), nil)
-	}
-	group, err := fieldText(obj, c.cfg.GroupField)
-	if err != nil {
-		return dataErr(err.Error(), nil)
+	if content != nil {
+		c.content = content
 	}
 	if len(identity) > MaxKeySize || len(group) > MaxKeySize {
 		kind = ReasonKeyTooLarge
@@ -411,18 +439,22 @@ func (c *Count) fold(idx KV, r *Record) error {
 		}
 		return dataErr(keyTooLarge(fmt.Sprintf("field %q", c.cfg.GroupField), len(group)), nil)
 	}
-	if c.catalog != nil && !c.catalog[group] && !c.cfg.AllowUnknownGroups {
+	if c.catalog != nil && !c.catalog[string(group)] && !c.cfg.AllowUnknownGroups {
 		kind = ReasonUnknownGroup
 		return dataErr(fmt.Sprintf("group %q is not in the catalog (use --allow-unknown-groups to accept it)", group), nil)
 	}
-	c.content, err = appendObject(c.content[:0], obj, c.ignore)
-	if err != nil {
-		kind = ReasonUndecodable
-		return dataErr("value has an unreadable number", err)
+	if content == nil {
+		// The general path defers the content to here: an unreadable
+		// number is reported after the checks above.
+		var err error
+		if c.content, err = appendObject(c.content[:0], c.obj, c.ignore); err != nil {
+			kind = ReasonUndecodable
+			return dataErr("value has an unreadable number", err)
+		}
 	}
 	sum := sha256.Sum256(c.content)
 	pos := Position{r.Partition, r.Offset}
-	key := []byte(identity)
+	key := identity
 	if c.held != nil {
 		c.hold(key, group, &sum, pos)
 		return nil
@@ -439,7 +471,7 @@ func (c *Count) fold(idx KV, r *Record) error {
 			return fmt.Errorf("count fold: write identity %q to the index: %w", identity, err)
 		}
 		c.logical++
-		c.counts[group]++
+		c.counts[string(group)]++
 		return nil
 	}
 	if len(old) == 0 || len(old)%entryLen != 0 {
@@ -465,7 +497,7 @@ func (c *Count) fold(idx KV, r *Record) error {
 	if len(c.entries) == entryLen {
 		c.conflicts++
 		if c.minConflict == nil || bytes.Compare(key, c.minConflict) < 0 {
-			c.minConflict = key
+			c.minConflict = bytes.Clone(key) // key is the record's bytes
 		}
 	}
 	c.entries = appendEntry(c.entries, sum[:], pos)

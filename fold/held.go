@@ -26,8 +26,9 @@ type held struct {
 	seed   maphash.Seed
 }
 
-// slot is one index entry: where the key's latest entry is, and the low
-// bits of the key's hash to skip most key comparisons.
+// slot is one index entry: where the key's latest entry is, and 32 bits of
+// the key's hash, which place the slot (its low bits) and skip most key
+// comparisons (the rest), so that growing the index needs no rehashing.
 type slot struct {
 	hash  uint32
 	chunk uint32 // chunk index + 1; 0: empty
@@ -55,7 +56,7 @@ func (h *held) put(key, value []byte) {
 	if len(h.slots) == 0 {
 		h.slots = make([]slot, minSlots)
 	}
-	hv := maphash.Bytes(h.seed, key)
+	hv := h.hash(key)
 	i, found := h.find(key, hv)
 	if found && h.overwrite(h.slots[i], value) {
 		return
@@ -66,7 +67,7 @@ func (h *held) put(key, value []byte) {
 		h.bytes += entryHdr + len(key) + len(value)
 		return
 	}
-	h.slots[i] = slot{hash: uint32(hv), chunk: chunk, off: off}
+	h.slots[i] = slot{hash: hv, chunk: chunk, off: off}
 	h.n++
 	h.bytes += len(key) + len(value) + heldOverhead
 	if h.n*maxLoadDen > len(h.slots)*maxLoadNum {
@@ -80,7 +81,7 @@ func (h *held) get(key []byte) ([]byte, bool) {
 	if h.n == 0 {
 		return nil, false
 	}
-	i, found := h.find(key, maphash.Bytes(h.seed, key))
+	i, found := h.find(key, h.hash(key))
 	if !found {
 		return nil, false
 	}
@@ -106,15 +107,20 @@ func (h *held) overwrite(s slot, value []byte) bool {
 	return true
 }
 
+func (h *held) hash(key []byte) uint32 {
+	hv := maphash.Bytes(h.seed, key)
+	return uint32(hv>>32) ^ uint32(hv)
+}
+
 // find returns the slot of key, or the empty slot where it would go.
-func (h *held) find(key []byte, hv uint64) (int, bool) {
+func (h *held) find(key []byte, hv uint32) (int, bool) {
 	mask := len(h.slots) - 1
-	for i := int(hv>>32) & mask; ; i = (i + 1) & mask {
+	for i := int(hv) & mask; ; i = (i + 1) & mask {
 		s := h.slots[i]
 		if s.chunk == 0 {
 			return i, false
 		}
-		if s.hash == uint32(hv) {
+		if s.hash == hv {
 			if k, _ := h.entry(s.chunk, s.off); bytes.Equal(k, key) {
 				return i, true
 			}
@@ -130,9 +136,7 @@ func (h *held) grow() {
 		if s.chunk == 0 {
 			continue
 		}
-		k, _ := h.entry(s.chunk, s.off)
-		hv := maphash.Bytes(h.seed, k)
-		i := int(hv>>32) & mask
+		i := int(s.hash) & mask
 		for h.slots[i].chunk != 0 {
 			i = (i + 1) & mask
 		}
