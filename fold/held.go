@@ -46,8 +46,8 @@ const (
 
 // heldOverhead is the per-key bookkeeping counted against the budget: the
 // entry header, two index slots (the index is at most half full) and the
-// sort entry of a spill.
-const heldOverhead = entryHdr + 2*12 + 24 // header, slots, sortEntry
+// sort entry of a spill and its radix sort's second buffer.
+const heldOverhead = entryHdr + 2*12 + 2*24 // header, slots, sortEntry x2
 
 func newHeld() *held { return &held{seed: maphash.MakeSeed()} }
 
@@ -213,7 +213,10 @@ func keyPrefix(k []byte) (uint64, uint64) {
 	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
-// sorted returns the rows' entries in ascending key order.
+// sorted returns the rows' entries in ascending key order: a radix sort
+// on the keys' 16-byte prefixes (one pass per byte that is not the same in
+// every key: keys that share a prefix or are short need few), then a
+// comparison sort of the full keys among entries with the same prefix.
 func (h *held) sorted() []sortEntry {
 	es := make([]sortEntry, 0, h.n)
 	for _, s := range h.slots {
@@ -223,16 +226,78 @@ func (h *held) sorted() []sortEntry {
 			es = append(es, sortEntry{p0: p0, p1: p1, chunk: s.chunk, off: s.off})
 		}
 	}
-	slices.SortFunc(es, func(a, b sortEntry) int {
-		if c := cmp.Compare(a.p0, b.p0); c != 0 {
-			return c
+	if len(es) < 256 {
+		slices.SortFunc(es, h.compare)
+		return es
+	}
+	es = radixSort(es, make([]sortEntry, len(es)))
+	// Ties on the prefix: keys longer than 16 bytes that share it, or a
+	// short key and the same key followed by zero bytes.
+	for i := 0; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].p0 == es[i].p0 && es[j].p1 == es[i].p1 {
+			j++
 		}
-		if c := cmp.Compare(a.p1, b.p1); c != 0 {
-			return c
+		if j-i > 1 {
+			slices.SortFunc(es[i:j], h.compare)
 		}
-		ka, _ := h.entry(a.chunk, a.off)
-		kb, _ := h.entry(b.chunk, b.off)
-		return bytes.Compare(ka, kb)
-	})
+		i = j
+	}
 	return es
+}
+
+func (h *held) compare(a, b sortEntry) int {
+	if c := cmp.Compare(a.p0, b.p0); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.p1, b.p1); c != 0 {
+		return c
+	}
+	ka, _ := h.entry(a.chunk, a.off)
+	kb, _ := h.entry(b.chunk, b.off)
+	return bytes.Compare(ka, kb)
+}
+
+// radixSort sorts es by (p0, p1), least significant byte first, using tmp
+// (as long as es) as the other buffer, and returns the sorted slice (es or
+// tmp). Bytes that are the same in every entry are skipped.
+func radixSort(es, tmp []sortEntry) []sortEntry {
+	var diff0, diff1 uint64
+	for _, e := range es {
+		diff0 |= e.p0 ^ es[0].p0
+		diff1 |= e.p1 ^ es[0].p1
+	}
+	src, dst := es, tmp
+	for pass := range 16 {
+		diff := diff1
+		shift := uint(8 * (pass % 8))
+		if pass >= 8 {
+			diff = diff0
+		}
+		if (diff>>shift)&0xff == 0 {
+			continue
+		}
+		var count [256]int
+		for i := range src {
+			count[radixByte(&src[i], pass, shift)]++
+		}
+		sum := 0
+		for b := range count {
+			count[b], sum = sum, sum+count[b]
+		}
+		for i := range src {
+			b := radixByte(&src[i], pass, shift)
+			dst[count[b]] = src[i]
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	return src
+}
+
+func radixByte(e *sortEntry, pass int, shift uint) byte {
+	if pass < 8 {
+		return byte(e.p1 >> shift)
+	}
+	return byte(e.p0 >> shift)
 }
