@@ -461,6 +461,10 @@ func BenchmarkRebuild(b *testing.B) {
 	if kcatErr != nil {
 		fmt.Println("bench: kcat not found")
 	}
+	if os.Getenv("KMATERIALIZE_BENCH_KCAT") == "0" {
+		kcatErr = fmt.Errorf("kcat skipped (KMATERIALIZE_BENCH_KCAT=0)")
+		fmt.Println("bench:", kcatErr)
+	}
 	var file, pages int64
 	var dbFile string
 	b.ResetTimer()
