@@ -33,6 +33,11 @@
 // KMATERIALIZE_BENCH_RECORDS and KMATERIALIZE_BENCH_KEYS change the topic's
 // size (for example 5000000 records and 5000000 keys, to check that the
 // rebuild's memory does not grow with the number of keys).
+// KMATERIALIZE_BENCH_FOLD=count measures the count fold instead: every
+// value is then a flat JSON event ({"id": the key, "g": one of 100 groups,
+// "pad": ...}, 100 bytes) and the rebuild runs with --fold count
+// --identity-field id --group-field g, so the topic has one distinct
+// identity per key. KMATERIALIZE_BENCH_KCAT=0 leaves kcat out.
 //
 // BenchmarkServeGet uses the same topic:
 //

@@ -53,6 +53,10 @@ type Config struct {
 	// BatchRecords is the most records handed to the sink at once.
 	// Default 20000.
 	BatchRecords int
+	// BatchBytes, when positive, also ends a batch once its records' keys
+	// and values reach this many bytes, so that a batch of large records
+	// stays within a memory budget. Default 0: records only.
+	BatchBytes int
 	// Headers asks for record headers in fold.Record.Headers (off by
 	// default: converting them costs an allocation per record).
 	Headers bool
