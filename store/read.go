@@ -157,3 +157,9 @@ func (db *DB) Get(table string, key []byte) ([]byte, error) {
 func (db *DB) Scan(table string, prefix []byte, limit int, fn func(k, v []byte) error) error {
 	return db.ReadTable(table, func(s *Snapshot) error { return s.Rows(prefix, limit, fn) })
 }
+
+// ScanRange is Scan over the rows in r (see Range: From inclusive, To
+// exclusive, all of r's bounds at once), with Scan's rules.
+func (db *DB) ScanRange(table string, r Range, limit int, fn func(k, v []byte) error) error {
+	return db.ReadTable(table, func(s *Snapshot) error { return s.RangeRows(r, limit, fn) })
+}
