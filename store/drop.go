@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
@@ -13,9 +12,9 @@ import (
 //
 //  1. reads the table's entry in tables/ (none: a *TableNotFoundError);
 //  2. deletes the entry, so no reader finds the table any more;
-//  3. deletes the published generation's bucket and every other
-//     generation bucket begun for the table (leftovers of a crashed
-//     rebuild; a read-write Open removes them anyway);
+//  3. deletes the published generation's bucket (unpublished ones are
+//     not the table's yet: a read-write Open removed every leftover of a
+//     crash, so any other is a rebuild running in this process);
 //  4. calls hook(tx) if not nil: the caller removes what it keeps beside
 //     the table there (its checkpoint), so that it goes with the rows.
 //
@@ -23,10 +22,10 @@ import (
 // stays whole. A crash before the commit leaves the table as it was; after
 // it, gone with everything in the same transaction.
 //
-// The caller must not drop a table while a Generation of it is being
-// written in this process: the generation would be deleted under it. (In
-// another process it cannot be: a writer holds the file's lock.) DropTable
-// returns the metadata of the table it dropped.
+// A rebuild of the table running in this process meanwhile is not stopped:
+// its publish writes the table anew. (In another process none can run: a
+// writer holds the file's lock.) DropTable returns the metadata of the
+// table it dropped.
 func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, error) {
 	var m TableMeta
 	if db.readOnly {
@@ -50,24 +49,12 @@ func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, 
 		if err := tx.Bucket(BucketTables).Delete([]byte(table)); err != nil {
 			return fmt.Errorf("delete entry: %w", err)
 		}
-		gens := tx.Bucket(BucketGenerations)
-		var drop [][]byte
-		c := gens.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v != nil {
-				continue // not a bucket; nothing of ours
-			}
-			gen, ok := decodeUint64(k)
-			gb := gens.Bucket(k)
-			if ok && gen == m.Generation || bytes.Equal(gb.Get(KeyGenerationTable), []byte(table)) {
-				drop = append(drop, bytes.Clone(k))
-			}
-		}
-		// Deleting inside the cursor loop would disturb it.
-		for _, k := range drop {
-			if err := gens.DeleteBucket(k); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
-				return fmt.Errorf("delete generation %x: %w", k, err)
-			}
+		// The published generation only: an unpublished one is a rebuild's
+		// in this process (a read-write Open removed every leftover of a
+		// crash), which fails at its publish or writes the table anew.
+		err = tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(m.Generation))
+		if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+			return fmt.Errorf("delete generation %d: %w", m.Generation, err)
 		}
 		if hook != nil {
 			if err := hook(tx); err != nil {

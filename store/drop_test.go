@@ -26,8 +26,8 @@ func publishRandom(t *testing.T, db *DB, table string, seed uint64) oracle {
 
 // TestDropTable: a hook that fails leaves the file exactly as it was
 // (entry, rows, generations, the hook's own write); a successful drop
-// removes the entry, the published generation and a leftover generation
-// begun for the table, commits the hook's write with it, and leaves the
+// removes the entry and the published generation (not a rebuild's
+// unpublished one, which publishes afterwards), commits the hook's write with it, and leaves the
 // other table byte for byte. A second drop is ErrTableNotFound; a read-only
 // DB refuses.
 func TestDropTable(t *testing.T) {
@@ -35,8 +35,10 @@ func TestDropTable(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	publishRandom(t, db, "keep", seed)
 	publishRandom(t, db, "gone", seed+1)
-	// A leftover generation of "gone" (as a crashed rebuild leaves one).
-	if _, err := db.Begin("gone"); err != nil {
+	// A rebuild of "gone" in progress: not the table's yet, so kept, and
+	// its publish writes the table anew.
+	running, err := db.Begin("gone")
+	if err != nil {
 		t.Fatal(err)
 	}
 	keepMeta, keepRows := rawTable(t, db, "keep")
@@ -55,7 +57,7 @@ func TestDropTable(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	_, err := db.DropTable("gone", func(tx *bolt.Tx) error {
+	_, err = db.DropTable("gone", func(tx *bolt.Tx) error {
 		if err := mark(tx); err != nil {
 			return err
 		}
@@ -88,7 +90,7 @@ func TestDropTable(t *testing.T) {
 		t.Fatalf("Table after drop: %v, want ErrTableNotFound", err)
 	}
 	keepGen := decodeMetaT(t, keepMeta).Generation
-	if diff := cmp.Diff([]uint64{keepGen}, generationKeys(t, db)); diff != "" {
+	if diff := cmp.Diff([]uint64{keepGen, running.ID()}, generationKeys(t, db)); diff != "" {
 		t.Fatalf("generations after drop (-want +got):\n%s", diff)
 	}
 	m, r = rawTable(t, db, "keep")
@@ -105,6 +107,12 @@ func TestDropTable(t *testing.T) {
 	}
 	if _, err := db.DropTable("gone", nil); !errors.Is(err, ErrTableNotFound) {
 		t.Fatalf("second drop: %v, want ErrTableNotFound", err)
+	}
+	if err := running.Publish(TableMeta{Topic: "gone", Fold: "latest"}, nil); err != nil {
+		t.Fatalf("publish of the rebuild that ran during the drop: %v", err)
+	}
+	if m, err := db.Table("gone"); err != nil || m.Generation != running.ID() || m.Keys != 0 {
+		t.Fatalf("after the running rebuild's publish: %+v, %v", m, err)
 	}
 	path := db.Path()
 	if err := db.Close(); err != nil {
