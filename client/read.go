@@ -269,3 +269,58 @@ func (c *Client) Count(ctx context.Context, table string, o CountOptions) (n int
 	}
 	return *out.Count, out.Generation, nil
 }
+
+// getManyAttempts is how many times GetMany starts over when a publish
+// happens while it asks.
+const getManyAttempts = 3
+
+// GetMany returns the values of keys in table, all from one generation,
+// which it returns: values[i] is nil when keys[i] is absent (or a key the
+// daemon refuses, empty or over bbolt's limit, which no table holds). It
+// asks key by key, and starts over when the published generation changed
+// meanwhile (generations only grow, so the same one before and after means
+// no publish between); after getManyAttempts it fails with an *Error of
+// CodeGenerationGone.
+func (c *Client) GetMany(ctx context.Context, table string, keys [][]byte) (values [][]byte, gen uint64, err error) {
+	for attempt := 1; ; attempt++ {
+		t, err := c.Table(ctx, table)
+		if err != nil {
+			return nil, 0, err
+		}
+		if t.Generation == 0 {
+			// Not published: the read of a key says so, with its code.
+			_, _, err := c.Get(ctx, table, []byte("k"))
+			if err == nil {
+				err = fmt.Errorf("table %q has no published generation", table)
+			}
+			return nil, 0, err
+		}
+		values = make([][]byte, len(keys))
+		same := true
+		for i, k := range keys {
+			v, g, err := c.Get(ctx, table, k)
+			switch {
+			case IsCode(err, CodeKeyNotFound), IsCode(err, CodeBadKey):
+				continue
+			case err != nil:
+				return nil, 0, err
+			}
+			if v == nil {
+				v = []byte{}
+			}
+			values[i] = v
+			same = same && g == t.Generation
+		}
+		after, err := c.Table(ctx, table)
+		if err != nil {
+			return nil, 0, err
+		}
+		if same && after.Generation == t.Generation {
+			return values, t.Generation, nil
+		}
+		if attempt == getManyAttempts {
+			return nil, 0, &Error{Method: http.MethodGet, Path: tablePath(table, "/keys/"), Status: http.StatusConflict, Code: CodeGenerationGone,
+				Message: fmt.Sprintf("table %q was published %d times while its keys were read; ask again", table, attempt)}
+		}
+	}
+}

@@ -129,3 +129,20 @@ func (s *Snapshot) Count(r Range) (int64, error) {
 	})
 	return n, err
 }
+
+// Get returns the value of key, valid only during the function passed to
+// ReadTable (copy it to keep it), and whether the key is present. A
+// present empty value is a non-nil empty slice.
+func (s *Snapshot) Get(key []byte) ([]byte, bool) {
+	if len(key) == 0 {
+		return nil, false
+	}
+	k, v := s.rows.Cursor().Seek(key)
+	if k == nil || !bytes.Equal(k, key) {
+		return nil, false
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true
+}

@@ -239,29 +239,21 @@ func (d *daemon) fail(err error, table string) error {
 	return e
 }
 
-// getVia is get through the daemon.
-func getVia(c *cli.Context, d *daemon, table string, key []byte) error {
-	v, _, err := d.cl.Get(c.Context, table, key)
-	if err != nil {
-		return d.fail(err, table)
-	}
-	return printValue(c, v)
-}
-
 // scanVia is scan through the daemon: pages pinned to one generation,
 // formatted by the direct path's formatter from the raw bytes (asked in
 // base64), held until the last row so that a failure prints nothing. A
 // publish between two pages starts the scan over.
-func scanVia(c *cli.Context, d *daemon, table string, prefix []byte, limit int) error {
+func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int) error {
 	for attempt := 1; ; attempt++ {
-		f, err := newRowFormatter(c.String("format"), c.Bool("base64"))
+		f, err := scanFormatter(c)
 		if err != nil {
 			return err
 		}
 		var sp spool
 		bw := bufio.NewWriterSize(&sp, 64<<10)
 		f.begin(bw)
-		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: prefix, Limit: limit, Base64: true},
+		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
+			KeysOnly: f.keysOnly, Limit: limit, Base64: true},
 			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
 		if err == nil {
 			f.end(bw)
