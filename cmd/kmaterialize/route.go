@@ -20,7 +20,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// This file is the CLI's routed path: get, scan, tables, export and rebuild
+// This file is the CLI's routed path: get, scan, tables, export, drop and rebuild
 // go through the daemon when it holds the database (its holder record names
 // its socket) or when --socket names one, and print what the direct path
 // prints from the same generation, with the same exit codes.
@@ -228,6 +228,9 @@ func (d *daemon) fail(err error, table string) error {
 	case client.CodeTableNotConfigured:
 		e.code = exitUsage
 		e.hint = "add the table to the daemon's config and reload it (kill -HUP the daemon), or stop the daemon to rebuild with flags"
+	case client.CodeTableConfigured:
+		e.code = exitUsage
+		e.hint = "remove the table from the daemon's config and reload it (kill -HUP the daemon), then drop it"
 	case client.CodeRunInProgress:
 		e.code = exitBusy
 		e.hint = fmt.Sprintf("wait for run %d to end (GET /v1/tables/%s shows it), then ask again", ce.Run, table)
