@@ -28,12 +28,16 @@ func formatsFlag(def string, allowed ...string) cli.Flag {
 
 // formatOf returns --format, checked against allowed.
 func formatOf(c *cli.Context, allowed ...string) (string, error) {
-	f := c.String("format")
+	return checkFormat(c.Command.Name, c.String("format"), allowed...)
+}
+
+// checkFormat returns format if command takes it (it is in allowed).
+func checkFormat(command, format string, allowed ...string) (string, error) {
 	for _, a := range allowed {
-		if f == a {
-			return f, nil
+		if format == a {
+			return format, nil
 		}
 	}
-	return "", &usageError{msg: fmt.Sprintf("--format %q: %s takes %s", f, c.Command.Name, strings.Join(allowed, ", ")),
-		hint: fmt.Sprintf("kmaterialize %s --format %s", c.Command.Name, allowed[0])}
+	return "", &usageError{msg: fmt.Sprintf("--format %q: %s takes %s", format, command, strings.Join(allowed, ", ")),
+		hint: fmt.Sprintf("kmaterialize %s --format %s", command, allowed[0])}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -67,7 +68,7 @@ Examples:
 					format = formatText
 				}
 			}
-			if format, err = formatOf(c, formatText, formatJSON, formatJSONL); err != nil {
+			if format, err = checkFormat("get", format, formatText, formatJSON, formatJSONL); err != nil {
 				return err
 			}
 			if format == formatText && !single {
@@ -75,12 +76,20 @@ Examples:
 			}
 			table := c.String("table")
 			var values [][]byte
+			var via *daemon
 			if routed, err := viaDaemon(c, func(d *daemon) error {
 				var err error
+				via = d
 				values, _, err = d.cl.GetMany(c.Context, table, keys)
 				return d.fail(err, table)
 			}); routed {
 				if err != nil {
+					return err
+				}
+				if err := printValues(c, format, table, keys, values); errors.Is(err, store.ErrKeyNotFound) {
+					// Say who answered, as every routed failure does.
+					return &daemonError{msg: via.answered(err.Error()), err: err, code: exitNotFound}
+				} else {
 					return err
 				}
 			} else {
