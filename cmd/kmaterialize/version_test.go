@@ -168,7 +168,7 @@ func TestCompletion(t *testing.T) {
 		t.Fatalf("completion fish: exit %d", r.code)
 	}
 	for _, cmd := range []string{"scan", "get", "drop", "describe", "completion"} {
-		if !regexp.MustCompile(`(?m)^complete -c kmaterialize .*-a '` + cmd + `'`).MatchString(r.stdout) {
+		if !regexp.MustCompile(`(?m)^complete .*-c kmaterialize .*-a '` + cmd + `'`).MatchString(r.stdout) {
 			t.Fatalf("fish completion has no line for %s:\n%s", cmd, r.stdout)
 		}
 	}
