@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// detailsTable rebuilds a table of routeRecords (keys "k<N>", plus keys
+// and values with '/', ".", a space, bytes that are not UTF-8, a tab) and
+// returns the database, the table and the oracle.
+func detailsTable(t *testing.T) (db, table string, want map[string]string) {
+	t.Helper()
+	rng := newRand(t)
+	topic := newTopic(t, 3)
+	recs := produce(t, topic, routeRecords(rng, []int32{0, 1, 2}, 600, 300))
+	want, _, _ = oracle(recs, nil)
+	db = dbPath(t)
+	mustCLI(t, 0, rebuildArgs(topic, db)...)
+	return db, topic, want
+}
+
+// sortedKeys is the oracle's keys in byte order.
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// getLine is one JSON line of a get of several keys.
+type getLine struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value"`
+}
+
+func parseGetLines(t *testing.T, out string) []getLine {
+	t.Helper()
+	var lines []getLine
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var l getLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || !strings.Contains(sc.Text(), `"value":`) {
+			t.Fatalf("get line %q: not {key, value} (%v)", sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// TestGetSeveralKeys: get of several keys prints one JSON line per key in
+// the order given, "value": null for absent keys and exit 6 (after every
+// line) when any is absent, exit 0 when none is; --format json is the
+// same as one object; a key given with --key-encoding hex or base64 reads
+// a key that is not UTF-8; a bad encoding or a value that is not UTF-8
+// without --base64 is exit 2 with a hint and nothing on stdout; --format
+// text with two keys is exit 2. Checked against the oracle.
+func TestGetSeveralKeys(t *testing.T) {
+	db, table, want := detailsTable(t)
+	keys := sortedKeys(withPrefix(want, "k"))
+	ask := []string{keys[3], "no-such-key", keys[1], keys[3], "x/slash", "sp ace%"}
+	args := append([]string{"get", "--db", db, "--table", table}, ask...)
+	r := mustCLI(t, exitNotFound, args...)
+	lines := parseGetLines(t, r.stdout)
+	if len(lines) != len(ask) {
+		t.Fatalf("%d lines for %d keys", len(lines), len(ask))
+	}
+	missing := 0
+	for i, k := range ask {
+		v, ok := want[k]
+		if lines[i].Key != k || (lines[i].Value == nil) == ok || ok && *lines[i].Value != v {
+			t.Fatalf("line %d = %+v, want key %q value %q (present %v)", i, lines[i], k, v, ok)
+		}
+		if !ok {
+			missing++
+		}
+	}
+	if !strings.Contains(r.stderr, fmt.Sprintf("%d of %d keys not found", missing, len(ask))) {
+		t.Fatalf("stderr does not count the missing keys:\n%s", r.stderr)
+	}
+
+	// All present: exit 0.
+	r = mustCLI(t, 0, "get", "--db", db, "--table", table, keys[0], keys[len(keys)-1])
+	if got := parseGetLines(t, r.stdout); len(got) != 2 || *got[0].Value != want[keys[0]] || *got[1].Value != want[keys[len(keys)-1]] {
+		t.Fatalf("get of two present keys: %q", r.stdout)
+	}
+	// --format jsonl with one key is one line; --format json one object.
+	r = mustCLI(t, 0, "get", "--db", db, "--table", table, "--format", "jsonl", keys[2])
+	if got := parseGetLines(t, r.stdout); len(got) != 1 || *got[0].Value != want[keys[2]] {
+		t.Fatalf("get --format jsonl of one key: %q", r.stdout)
+	}
+	r = mustCLI(t, exitNotFound, "get", "--db", db, "--table", table, "--format", "json", keys[2], "nope", keys[2])
+	var obj map[string]*string
+	if err := json.Unmarshal([]byte(r.stdout), &obj); err != nil {
+		t.Fatalf("get --format json: %v\n%s", err, r.stdout)
+	}
+	if len(obj) != 2 || obj["nope"] != nil || obj[keys[2]] == nil || *obj[keys[2]] != want[keys[2]] {
+		t.Fatalf("get --format json: %v", obj)
+	}
+
+	// A key that is not UTF-8, given in hex and in base64.
+	bin := "\xff\xfe-bin"
+	r = mustCLI(t, 0, "get", "--db", db, "--table", table, "--key-encoding", "hex", hex.EncodeToString([]byte(bin)))
+	if r.stdout != want[bin]+"\n" {
+		t.Fatalf("get --key-encoding hex printed %q, want %q", r.stdout, want[bin]+"\n")
+	}
+	r = mustCLI(t, 0, "get", "--db", db, "--table", table, "--key-encoding", "base64", "--base64",
+		base64.StdEncoding.EncodeToString([]byte(bin)), base64.StdEncoding.EncodeToString([]byte("v-bin")))
+	got := parseGetLines(t, r.stdout)
+	for i, k := range []string{bin, "v-bin"} {
+		kb, _ := base64.StdEncoding.DecodeString(got[i].Key)
+		vb, _ := base64.StdEncoding.DecodeString(*got[i].Value)
+		if string(kb) != k || string(vb) != want[k] {
+			t.Fatalf("get --base64 line %d: key %q value %q, want %q %q", i, kb, vb, k, want[k])
+		}
+	}
+
+	// Refusals: exit 2, a hint, nothing on stdout.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--key-encoding", "base64", "!!!"}, "is not base64"},
+		{[]string{"--key-encoding", "hex", "zz"}, "is not hex"},
+		{[]string{"--key-encoding", "rot13", "a"}, "--key-encoding"},
+		{[]string{keys[0], "v-bin"}, "UTF-8"},
+		{[]string{"--format", "text", keys[0], keys[1]}, "one KEY"},
+		{[]string{"--format", "tsv", keys[0]}, "get takes text, json, jsonl"},
+		{[]string{keys[0], "-"}, "only KEY"},
+		{nil, "one or more KEYs"},
+	} {
+		r := mustCLI(t, exitUsage, append([]string{"get", "--db", db, "--table", table}, c.args...)...)
+		if r.stdout != "" || !strings.Contains(r.stderr, c.says) || !strings.Contains(r.stderr, "\nTry: ") {
+			t.Fatalf("get %q: stdout %q, stderr %q; want nothing, %q and a hint", c.args, r.stdout, r.stderr, c.says)
+		}
+	}
+}
+
+// TestGetKeysFromStdin (the built binary): every key scan --base64
+// --keys-only prints, piped into get --key-encoding base64 --base64 -,
+// comes back with the oracle's value, keys that are not UTF-8 included,
+// exit 0; with an absent key among them, its line is null and the exit 6.
+func TestGetKeysFromStdin(t *testing.T) {
+	db, table, want := detailsTable(t)
+	r := binExec(t, binPath, "", "scan", "--db", db, "--table", table, "--base64", "--keys-only", "--format", "tsv")
+	if r.code != 0 {
+		t.Fatalf("scan: exit %d", r.code)
+	}
+	stdin := r.stdout + base64.StdEncoding.EncodeToString([]byte("absent")) + "\n\n"
+	r = binExec(t, binPath, stdin, "get", "--db", db, "--table", table, "--key-encoding", "base64", "--base64", "-")
+	if r.code != exitNotFound {
+		t.Fatalf("get -: exit %d, want %d (one absent key)", r.code, exitNotFound)
+	}
+	got := map[string]*string{}
+	var order []string
+	for _, l := range parseGetLines(t, r.stdout) {
+		k, err := base64.StdEncoding.DecodeString(l.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, string(k))
+		if l.Value == nil {
+			got[string(k)] = nil
+			continue
+		}
+		v, err := base64.StdEncoding.DecodeString(*l.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(v)
+		got[string(k)] = &s
+	}
+	wantOrder := append(sortedKeys(want), "absent")
+	if diff := cmp.Diff(wantOrder, order); diff != "" {
+		t.Fatalf("keys of get - (-scan's order +got):\n%s", diff)
+	}
+	nonUTF8 := 0
+	for k, v := range want {
+		if got[k] == nil || *got[k] != v {
+			t.Fatalf("get - of %q: %v, oracle %q", k, got[k], v)
+		}
+		if !utf8.ValidString(k) {
+			nonUTF8++
+		}
+	}
+	if nonUTF8 == 0 || got["absent"] != nil {
+		t.Fatalf("the table must hold a key that is not UTF-8 (%d), and absent must be null (%v)", nonUTF8, got["absent"])
+	}
+	// Plain keys on stdin, all present: exit 0.
+	ks := sortedKeys(withPrefix(want, "k"))[:5]
+	r = binExec(t, binPath, strings.Join(ks, "\n")+"\n", "get", "--db", db, "--table", table, "-")
+	if r.code != 0 || len(parseGetLines(t, r.stdout)) != 5 {
+		t.Fatalf("get - of 5 present keys: exit %d, %q", r.code, r.stdout)
+	}
+}
