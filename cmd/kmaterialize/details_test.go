@@ -203,3 +203,120 @@ func TestGetKeysFromStdin(t *testing.T) {
 		t.Fatalf("get - of 5 present keys: exit %d, %q", r.code, r.stdout)
 	}
 }
+
+// TestScanRangeKeysOnlyCount: scan --prefix/--from/--to selects the keys a
+// plain string comparison selects (from inclusive, to exclusive), in order,
+// with every format; --keys-only prints the same keys without values
+// (json array, jsonl {"key"}, one per line); --count prints their number
+// (at most --limit), bare or as {"count":N}; --key-encoding hex applies to
+// --from; --count with --keys-only and a bad --format are exit 2.
+func TestScanRangeKeysOnlyCount(t *testing.T) {
+	db, table, want := detailsTable(t)
+	keys := sortedKeys(withPrefix(want, "k"))
+	sel := func(prefix, from, to string, limit int) []string {
+		var out []string
+		for _, k := range sortedKeys(want) {
+			if strings.HasPrefix(k, prefix) && (from == "" || k >= from) && (to == "" || k < to) && (limit == 0 || len(out) < limit) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		prefix, from, to string
+		limit            int
+	}{
+		{"k", keys[10], keys[40], 0}, {"k", keys[10], keys[40], 7}, {"", keys[5], "", 0}, {"k", "", keys[3], 0},
+		{"", keys[20], keys[20], 0}, {"", keys[30], keys[20], 0}, {"k00", "k001", "k002", 0}, {"zz", "", "", 0},
+	} {
+		args := []string{"scan", "--db", db, "--table", table, "--base64"}
+		for _, f := range []struct{ flag, v string }{{"--prefix", c.prefix}, {"--from", c.from}, {"--to", c.to}} {
+			if f.v != "" {
+				args = append(args, f.flag, f.v)
+			}
+		}
+		if c.limit > 0 {
+			args = append(args, "--limit", fmt.Sprint(c.limit))
+		}
+		exp := sel(c.prefix, c.from, c.to, c.limit)
+		expRows := map[string]string{}
+		for _, k := range exp {
+			expRows[k] = want[k]
+		}
+		// Rows, jsonl.
+		got := decodeRows(t, mustCLI(t, 0, append(args, "--format", "jsonl")...).stdout)
+		if diff := cmp.Diff(expRows, got); diff != "" {
+			t.Fatalf("scan %q (-oracle +scan):\n%s", args, diff)
+		}
+		b64 := func(ks []string) []string {
+			out := []string{}
+			for _, k := range ks {
+				out = append(out, base64.StdEncoding.EncodeToString([]byte(k)))
+			}
+			return out
+		}
+		// Keys only, three formats.
+		var arr []string
+		if err := json.Unmarshal([]byte(mustCLI(t, 0, append(args, "--keys-only", "--format", "json")...).stdout), &arr); err != nil {
+			t.Fatal(err)
+		}
+		if arr == nil {
+			arr = []string{}
+		}
+		if diff := cmp.Diff(b64(exp), arr); diff != "" {
+			t.Fatalf("scan --keys-only --format json %q (-oracle +scan):\n%s", args, diff)
+		}
+		lines := []string{}
+		for _, l := range strings.Split(strings.TrimSuffix(mustCLI(t, 0, append(args, "--keys-only", "--format", "jsonl")...).stdout, "\n"), "\n") {
+			if l == "" {
+				continue
+			}
+			var o map[string]string
+			if err := json.Unmarshal([]byte(l), &o); err != nil || len(o) != 1 {
+				t.Fatalf("keys-only jsonl line %q: want {\"key\": ...} (%v)", l, err)
+			}
+			lines = append(lines, o["key"])
+		}
+		if diff := cmp.Diff(b64(exp), lines); diff != "" {
+			t.Fatalf("scan --keys-only --format jsonl %q (-oracle +scan):\n%s", args, diff)
+		}
+		tsv := mustCLI(t, 0, append(args, "--keys-only", "--format", "tsv")...).stdout
+		if text := mustCLI(t, 0, append(args, "--keys-only", "--format", "text")...).stdout; text != tsv {
+			t.Fatalf("--format text %q differs from tsv %q", text, tsv)
+		}
+		if wantTSV := strings.Join(b64(exp), "\n"); strings.TrimSuffix(tsv, "\n") != wantTSV {
+			t.Fatalf("scan --keys-only --format tsv %q printed %q, want %q", args, tsv, wantTSV)
+		}
+		// Count.
+		if out := mustCLI(t, 0, append(args, "--count", "--format", "text")...).stdout; out != fmt.Sprintf("%d\n", len(exp)) {
+			t.Fatalf("scan --count %q printed %q, want %d", args, out, len(exp))
+		}
+		if out := mustCLI(t, 0, append(args, "--count", "--format", "json")...).stdout; out != fmt.Sprintf("{\"count\":%d}\n", len(exp)) {
+			t.Fatalf("scan --count --format json %q printed %q, want %d", args, out, len(exp))
+		}
+	}
+	// Keys-only without --base64 in tsv: text keys, one per line.
+	out := mustCLI(t, 0, "scan", "--db", db, "--table", table, "--prefix", "k", "--to", keys[4], "--keys-only", "--format", "tsv").stdout
+	if out != strings.Join(keys[:4], "\n")+"\n" {
+		t.Fatalf("scan --keys-only --format tsv printed %q, want %q", out, keys[:4])
+	}
+	// --key-encoding hex for the bounds: from the key that is not UTF-8.
+	bin := "\xff\xfe-bin"
+	got := decodeRows(t, mustCLI(t, 0, "scan", "--db", db, "--table", table, "--base64", "--format", "jsonl",
+		"--key-encoding", "hex", "--from", hex.EncodeToString([]byte(bin))).stdout)
+	expRows := map[string]string{}
+	for _, k := range sel("", bin, "", 0) {
+		expRows[k] = want[k]
+	}
+	if len(expRows) == 0 || !cmp.Equal(expRows, got) {
+		t.Fatalf("scan --key-encoding hex --from: %q, oracle %q", got, expRows)
+	}
+	for _, args := range [][]string{
+		{"--count", "--keys-only"}, {"--format", "csv"}, {"--key-encoding", "hex", "--from", "xyz"},
+	} {
+		r := mustCLI(t, exitUsage, append([]string{"scan", "--db", db, "--table", table}, args...)...)
+		if r.stdout != "" || !strings.Contains(r.stderr, "\nTry: ") {
+			t.Fatalf("scan %q: stdout %q, stderr %q; want nothing and a hint", args, r.stdout, r.stderr)
+		}
+	}
+}
