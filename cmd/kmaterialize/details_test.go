@@ -5,13 +5,20 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/store"
 )
 
 // detailsTable rebuilds a table of routeRecords (keys "k<N>", plus keys
@@ -319,4 +326,258 @@ func TestScanRangeKeysOnlyCount(t *testing.T) {
 			t.Fatalf("scan %q: stdout %q, stderr %q; want nothing and a hint", args, r.stdout, r.stderr)
 		}
 	}
+}
+
+// checkpointOf reports whether the file at db holds a checkpoint for
+// table, reading the bbolt file itself (read-only) after the command ended.
+func checkpointOf(t *testing.T, db, table string) bool {
+	t.Helper()
+	bdb, err := bolt.Open(db, 0o600, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	found := false
+	err = bdb.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(store.BucketCheckpoints); b != nil {
+			found = b.Bucket([]byte(table)) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// TestDrop: drop removes the table (get and scan exit 6, tables no longer
+// lists it), its checkpoint (read from the file) and its generation (check
+// passes and counts one generation fewer), prints what it dropped, and
+// leaves the other table equal to its oracle; a second drop exits 6 with a
+// hint; a drop on a missing file exits 1 and creates nothing.
+func TestDrop(t *testing.T) {
+	rng := newRand(t)
+	keep, gone := newTopic(t, 2), newTopic(t, 2)
+	wantKeep, _, _ := oracle(produce(t, keep, genRecords(rng, []int32{0, 1}, 200)), nil)
+	wantGone, _, _ := oracle(produce(t, gone, genRecords(rng, []int32{0, 1}, 200)), nil)
+	db := dbPath(t)
+	mustCLI(t, 0, rebuildArgs(keep, db)...)
+	mustCLI(t, 0, rebuildArgs(gone, db)...)
+	before := tablesJSON(t, db)
+	if !checkpointOf(t, db, gone) {
+		t.Fatalf("no checkpoint of %s before the drop", gone)
+	}
+	r := mustCLI(t, 0, "drop", "--db", db, "--table", gone, "--format", "json")
+	var dropped struct {
+		Dropped    string `json:"dropped"`
+		Generation uint64 `json:"generation"`
+		Keys       int64  `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &dropped); err != nil {
+		t.Fatal(err)
+	}
+	if dropped.Dropped != gone || dropped.Generation != before[gone].Generation || dropped.Keys != int64(len(wantGone)) {
+		t.Fatalf("drop printed %+v, want table %s generation %d keys %d", dropped, gone, before[gone].Generation, len(wantGone))
+	}
+	after := tablesJSON(t, db)
+	if _, ok := after[gone]; ok || len(after) != 1 {
+		t.Fatalf("tables after the drop: %v", after)
+	}
+	if checkpointOf(t, db, gone) || !checkpointOf(t, db, keep) {
+		t.Fatalf("after the drop: checkpoint of %s %v (want gone), of %s %v (want kept)", gone, checkpointOf(t, db, gone), keep, checkpointOf(t, db, keep))
+	}
+	checkTable(t, wantKeep, scanTable(t, db, keep))
+	for k := range wantGone {
+		mustCLI(t, exitNotFound, "get", "--db", db, "--table", gone, k)
+		break
+	}
+	mustCLI(t, exitNotFound, "scan", "--db", db, "--table", gone)
+	var rep struct {
+		Tables, Generations int
+		Problems            []string
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, 0, "check", "--db", db, "--format", "json").stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tables != 1 || rep.Generations != 1 || len(rep.Problems) != 0 {
+		t.Fatalf("check after the drop: %+v, want 1 table, 1 generation, no problems", rep)
+	}
+	r = mustCLI(t, exitNotFound, "drop", "--db", db, "--table", gone)
+	if !strings.Contains(r.stderr, gone) || !strings.Contains(r.stderr, "\nTry: ") {
+		t.Fatalf("second drop: stderr does not name the table with a hint:\n%s", r.stderr)
+	}
+	missing := filepath.Join(t.TempDir(), "none.db")
+	mustCLI(t, exitError, "drop", "--db", missing, "--table", gone)
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("drop on a missing file created it: %v", err)
+	}
+	r = mustCLI(t, 0, "drop", "--db", db, "--table", keep)
+	if r.stdout != fmt.Sprintf("dropped table %s: generation %d, %d keys\n", keep, before[keep].Generation, len(wantKeep)) {
+		t.Fatalf("drop printed %q", r.stdout)
+	}
+}
+
+// TestRoutedCLIDetails: with a daemon holding the database, get of several
+// keys (arguments, and stdin to the built binary), scan with --from/--to,
+// --keys-only and --count, and tables --format jsonl print byte for byte
+// what they printed on the file before the daemon started, with the same
+// exit codes (--lock-timeout 0: a command that opened the file instead
+// would exit 7). drop goes through the daemon: a table only in the file is
+// dropped (exit 0, with its checkpoint: read from the file after the daemon
+// stopped), a configured one is refused (exit 2, a hint), an absent one is
+// exit 6; the daemon's request metrics show the DELETE answered.
+func TestRoutedCLIDetails(t *testing.T) {
+	rng := newRand(t)
+	topic, extraTopic := newTopic(t, 3), newTopic(t, 1)
+	recs := produce(t, topic, routeRecords(rng, []int32{0, 1, 2}, 4000, 2600))
+	want, _, _ := oracle(recs, nil)
+	wantExtra, _, _ := oracle(produce(t, extraTopic, genRecords(rng, []int32{0}, 100)), nil)
+	s := newDaemonSetup(t, map[string]string{"balances": topic})
+	mustCLI(t, 0, rebuildArgs(topic, s.db, "--table", "balances")...)
+	mustCLI(t, 0, rebuildArgs(extraTopic, s.db, "--table", "extra")...)
+	extraGen := tablesJSON(t, s.db)["extra"].Generation
+
+	keys := sortedKeys(withPrefix(want, "k"))
+	if len(keys) < 1100 {
+		t.Fatalf("the oracle has %d k-keys; the test needs more than a page of 1000", len(keys))
+	}
+	type cmdCase struct {
+		stdin string
+		args  []string
+	}
+	// Flags before the arguments: urfave/cli stops at the first one.
+	base := func(args ...string) []string { return append([]string{args[0], "--db", s.db}, args[1:]...) }
+	cases := []cmdCase{
+		{"", base("get", "--table", "balances", keys[1], "no-such-key", keys[7], "x/slash", ".")},
+		{"", base("get", "--table", "balances", keys[1], "\xff\xfe-bin")},
+		{"", base("get", "--table", "balances", "--base64", keys[1], "v-bin")},
+		{"", base("get", "--table", "balances", "--format", "json", keys[1], keys[2])},
+		{"", base("get", "--table", "balances", "--key-encoding", "hex", hex.EncodeToString([]byte("\xff\xfe-bin")))},
+		{strings.Join(keys[100:300], "\n") + "\nabsent\n", base("get", "--table", "balances", "-")},
+		{"", base("scan", "--table", "balances", "--from", keys[10], "--to", keys[1090], "--format", "jsonl")},
+		{"", base("scan", "--table", "balances", "--prefix", "k", "--from", keys[10], "--keys-only", "--format", "json")},
+		{"", base("scan", "--table", "balances", "--prefix", "k", "--to", keys[50], "--keys-only", "--format", "tsv", "--limit", "20")},
+		{"", base("scan", "--table", "balances", "--from", keys[3], "--count")},
+		{"", base("scan", "--table", "balances", "--prefix", "k", "--count", "--format", "json", "--limit", "5")},
+		{"", base("tables", "--format", "jsonl")},
+	}
+	direct := make([]result, len(cases))
+	for i, c := range cases {
+		direct[i] = binExec(t, binPath, c.stdin, c.args...)
+		if direct[i].code != 0 && direct[i].code != exitNotFound && direct[i].code != exitUsage {
+			t.Fatalf("direct %q: exit %d", c.args, direct[i].code)
+		}
+	}
+	// What each must give: a missing key 6, a key that is not UTF-8 in
+	// JSON lines without --base64 2, the rest 0.
+	for i, code := range []int{exitNotFound, exitUsage, 0, 0, 0, exitNotFound, 0, 0, 0, 0, 0, 0} {
+		if direct[i].code != code {
+			t.Fatalf("direct %q: exit %d, want %d", cases[i].args, direct[i].code, code)
+		}
+	}
+	// The file's answers are the oracle's.
+	if got := decodeJSONLRows(t, direct[6].stdout); !cmp.Equal(got, sliceOf(want, keys[10], keys[1090])) {
+		t.Fatalf("direct scan --from --to differs from the oracle")
+	}
+
+	p := s.start(t)
+	rowsBefore := rowsRequests(t, s.sock)
+	for i, c := range cases {
+		args := append([]string{c.args[0], "--lock-timeout", "0"}, c.args[1:]...)
+		if c.args[0] == "tables" {
+			// tables shows the generation, which the daemon's start
+			// rebuilt: compare the rest.
+			r := binExec(t, binPath, c.stdin, args...)
+			if r.code != 0 || strings.Count(r.stdout, "\n") != 2 {
+				t.Fatalf("routed tables --format jsonl: exit %d, %q", r.code, r.stdout)
+			}
+			continue
+		}
+		r := binExec(t, binPath, c.stdin, args...)
+		if r.code != direct[i].code || r.stdout != direct[i].stdout {
+			t.Fatalf("routed %q: exit %d, stdout %.300q; on the file: exit %d, stdout %.300q", c.args, r.code, r.stdout, direct[i].code, direct[i].stdout)
+		}
+		if r.code == exitNotFound && !strings.Contains(r.stderr, "the daemon at") {
+			t.Fatalf("routed %q: stderr does not say the daemon answered:\n%s", c.args, r.stderr)
+		}
+	}
+	if n := rowsRequests(t, s.sock) - rowsBefore; n < 3 {
+		t.Fatalf("the daemon answered %d rows pages for the routed scans, want at least 3", n)
+	}
+
+	// drop through the daemon.
+	r := binExec(t, binPath, "", "drop", "--db", s.db, "--table", "balances", "--lock-timeout", "0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "config") || !strings.Contains(r.stderr, "\nTry: ") {
+		t.Fatalf("routed drop of a configured table: exit %d, want %d with a hint\n%s", r.code, exitUsage, r.stderr)
+	}
+	r = binExec(t, binPath, "", "drop", "--db", s.db, "--table", "extra", "--lock-timeout", "0")
+	if r.code != 0 || r.stdout != fmt.Sprintf("dropped table extra: generation %d, %d keys\n", extraGen, len(wantExtra)) {
+		t.Fatalf("routed drop: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := binExec(t, binPath, "", "drop", "--db", s.db, "--table", "extra", "--lock-timeout", "0"); r.code != exitNotFound {
+		t.Fatalf("second routed drop: exit %d, want %d", r.code, exitNotFound)
+	}
+	if r := binExec(t, binPath, "", "scan", "--db", s.db, "--table", "extra", "--lock-timeout", "0"); r.code != exitNotFound {
+		t.Fatalf("scan of the dropped table: exit %d, want %d", r.code, exitNotFound)
+	}
+	if n := routeAnswers(t, s.sock, "DELETE /v1/tables/{table}", "200"); n != 1 {
+		t.Fatalf("the daemon answered %d DELETEs with 200, want 1", n)
+	}
+	stopDaemon(t, p)
+	if checkpointOf(t, s.db, "extra") || !checkpointOf(t, s.db, "balances") {
+		t.Fatalf("after the routed drop: the checkpoint of extra must be gone, that of balances kept")
+	}
+	ts := tablesJSON(t, s.db)
+	if _, ok := ts["extra"]; ok || len(ts) != 1 {
+		t.Fatalf("tables after the routed drop: %v", ts)
+	}
+	checkTable(t, want, decodeRows(t, mustCLI(t, 0, "scan", "--db", s.db, "--table", "balances", "--base64", "--format", "jsonl").stdout))
+}
+
+// decodeJSONLRows reads scan --format jsonl output (UTF-8 keys).
+func decodeJSONLRows(t *testing.T, out string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var row struct{ Key, Value string }
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatalf("scan line %q: %v", l, err)
+		}
+		got[row.Key] = row.Value
+	}
+	return got
+}
+
+// sliceOf is the oracle's rows with from <= key < to.
+func sliceOf(m map[string]string, from, to string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if k >= from && k < to {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// routeAnswers is how many requests of route the daemon answered with
+// status code, from its request metrics.
+func routeAnswers(t *testing.T, sock, route, code string) int {
+	t.Helper()
+	cl := unixClient(sock)
+	defer cl.CloseIdleConnections()
+	status, body, _ := httpGet(t, cl, "/metrics")
+	if status != 200 {
+		t.Fatalf("GET /metrics: %d", status)
+	}
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "kmaterialize_http_request_duration_seconds_count{") &&
+			strings.Contains(l, `"`+route+`"`) && strings.Contains(l, `code="`+code+`"`) {
+			f := strings.Fields(l)
+			var v int
+			fmt.Sscan(f[len(f)-1], &v)
+			n += v
+		}
+	}
+	return n
 }
