@@ -61,6 +61,11 @@ func GroupLag(ctx context.Context, c Config, group string) ([]GroupPartition, er
 		}
 		return err
 	})
+	var ke kafka.Error
+	if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupIDNotFound {
+		// Brokers answer this or, older ones, no offsets (below).
+		return nil, fmt.Errorf("group %q: %w (%v)", group, ErrGroupNotFound, err)
+	}
 	if err != nil {
 		if !errors.As(err, new(*Error)) {
 			err = wrapErr("list-group-offsets", c.Topic, -1, -1, err)
