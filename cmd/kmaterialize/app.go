@@ -29,6 +29,10 @@ Try: kmaterialize demo`,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
+		// --version (-v) prints readBuildInfo (version.go); completion
+		// scripts ask the binary with --generate-bash-completion.
+		Version:              readBuildInfo().Version,
+		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
@@ -47,6 +51,8 @@ Try: kmaterialize demo`,
 			demoCommand(),
 			pageCheckCommand(),
 			compactCommand(),
+			dropCommand(),
+			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -51,7 +51,8 @@ func exitCode(err error) int {
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
 		errors.Is(err, context.Canceled):
 		return exitIncomplete
-	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound):
+	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound),
+		errors.Is(err, replay.ErrGroupNotFound):
 		return exitNotFound
 	case errors.Is(err, store.ErrLocked):
 		return exitBusy
@@ -107,6 +108,8 @@ func hint(err error) string {
 		return "rerun the rebuild; if retention keeps deleting under it, start later with --from-timestamp"
 	case errors.Is(err, store.ErrTableNotFound):
 		return "kmaterialize tables --db PATH"
+	case errors.Is(err, replay.ErrGroupNotFound):
+		return "check the group's name (kafka-consumer-groups.sh --list shows the groups), or drop --topic to see every topic it committed on"
 	case errors.Is(err, materialize.ErrWouldEmpty):
 		return "check --from-timestamp or --from-offsets; to publish the empty table anyway, add --allow-empty"
 	case errors.As(err, new(*fold.DataError)):

@@ -22,7 +22,7 @@ func tablesCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "tables",
 		Usage:     "list the tables in a database with how and when they were built",
-		UsageText: "kmaterialize tables --db FILE [--format text|json]",
+		UsageText: "kmaterialize tables --db FILE [--format text|json|jsonl]",
 		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
 how long it took, records read and skipped (by reason: null_key, empty_key,
 key_too_large, undecodable, unknown_group), the partitions it covers (those
@@ -35,10 +35,10 @@ Examples:
   $ kmaterialize tables --db balances.db --format json`,
 		Flags: []cli.Flag{
 			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
-			formatFlag(),
+			formatsFlag(formatText, formatText, formatJSON, formatJSONL),
 		},
 		Action: func(c *cli.Context) error {
-			format, err := textOrJSON(c)
+			format, err := formatOf(c, formatText, formatJSON, formatJSONL)
 			if err != nil {
 				return err
 			}
@@ -61,6 +61,15 @@ Examples:
 
 // renderTables prints infos in format, for the database at path.
 func renderTables(c *cli.Context, format, path string, infos []tableInfo) error {
+	if format == formatJSONL {
+		enc := json.NewEncoder(stdoutOf(c))
+		for _, t := range infos {
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if format == "json" {
 		enc := json.NewEncoder(stdoutOf(c))
 		enc.SetIndent("", "  ")
