@@ -56,7 +56,7 @@ func (d *Decoder) decodeAvro(c *codec, b []byte, where fold.Position) ([]byte, e
 	}
 	j, err := avroJSON(w, v, true)
 	if err != nil {
-		return nil, badf(err, "Avro of %s", key)
+		return nil, badf(err, "not Avro of %s", key)
 	}
 	return canonical(j)
 }
@@ -91,10 +91,14 @@ func canonical(v any) ([]byte, error) {
 }
 
 // avroJSON returns v, a value hamba decoded into an interface with schema
-// s, as a JSON tree (see the package doc's mapping). top says v is the
-// whole value: hamba wraps a top-level union always ({"type": value}),
-// a nested one only when a branch is not a type its resolver knows.
-func avroJSON(s avro.Schema, v any, top bool) (any, error) {
+// s, as a JSON tree (see the package doc's mapping). eface says how hamba
+// decoded v (hamba/avro v2.24.0): the whole value and a record's fields go
+// through its "eface" decoder, which decodes a union as a map of the
+// branch's name to the value, always; an array's items and a map's values
+// are decoded into the slice's or map's interface elements, where a union
+// is the plain value when every branch is a type its resolver knows
+// (unionWrapped), and the map form otherwise.
+func avroJSON(s avro.Schema, v any, eface bool) (any, error) {
 	if r, ok := s.(*avro.RefSchema); ok {
 		s = r.Schema()
 	}
@@ -110,7 +114,7 @@ func avroJSON(s avro.Schema, v any, top bool) (any, error) {
 		}
 		out := make(map[string]any, len(s.Fields()))
 		for _, f := range s.Fields() {
-			fv, err := avroJSON(f.Type(), m[f.Name()], false)
+			fv, err := avroJSON(f.Type(), m[f.Name()], true)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", s.FullName(), f.Name(), err)
 			}
@@ -155,7 +159,7 @@ func avroJSON(s avro.Schema, v any, top bool) (any, error) {
 		}
 		return out, nil
 	case *avro.UnionSchema:
-		return avroUnion(s, v, top)
+		return avroUnion(s, v, eface)
 	case *avro.FixedSchema:
 		return avroFixed(s, v)
 	}
@@ -189,7 +193,8 @@ func typeName(s avro.Schema) string {
 	return name
 }
 
-// unionWrapped reports whether hamba decodes a nested union u wrapped.
+// unionWrapped reports whether hamba decodes union u wrapped as an
+// array item or a map value.
 func unionWrapped(u *avro.UnionSchema) bool {
 	for _, t := range u.Types() {
 		switch t.Type() {
@@ -204,11 +209,11 @@ func unionWrapped(u *avro.UnionSchema) bool {
 }
 
 // avroUnion returns the plain value of u's branch.
-func avroUnion(u *avro.UnionSchema, v any, top bool) (any, error) {
+func avroUnion(u *avro.UnionSchema, v any, eface bool) (any, error) {
 	if isNil(v) {
 		return nil, nil
 	}
-	if top || unionWrapped(u) {
+	if eface || unionWrapped(u) {
 		m, ok := v.(map[string]any)
 		if ok && len(m) == 0 {
 			return nil, nil
@@ -217,7 +222,9 @@ func avroUnion(u *avro.UnionSchema, v any, top bool) (any, error) {
 			for name, inner := range m {
 				for _, t := range u.Types() {
 					if typeName(t) == name {
-						return avroJSON(t, inner, false)
+						// The branch's value went through the eface
+						// decoder too.
+						return avroJSON(t, inner, true)
 					}
 				}
 			}
