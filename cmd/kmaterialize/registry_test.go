@@ -12,17 +12,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 )
 
@@ -338,4 +343,56 @@ func TestRebuildRegistryBinary(t *testing.T) {
 	runBin(exitUsage, good, rebuildArgs(topic, db, "--value-format", "xml")...)
 	runBin(exitUsage, nil, rebuildArgs(topic, db, "--value-format", "protobuf")...) // no registry
 	runBin(exitUsage, nil, rebuildArgs(topic, db, "--value-format", "avro", "--schema-registry", "http://"+user+":"+pass+"@127.0.0.1:1")...)
+}
+
+// TestServeAvroTable: the daemon builds a table whose config says
+// value_format: avro with the config file's schema_registry section (the
+// password from ${NAME}), serves its rows as JSON over the socket, and
+// shows the password in no log line; a config whose avro table has no
+// registry is exit 2.
+func TestServeAvroTable(t *testing.T) {
+	const user, pass = "svc", "Sekr1t-pw-in-config"
+	topic := newTopic(t, 2)
+	f := newRegistryFixture(t, topic, srfake.WithAuth("Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass))))
+	recs, decoded := f.accountRecords(t, 2, 60)
+	all := produce(t, topic, recs)
+	want, _, _ := oracle(all, nil)
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "kmaterialize.yaml")
+	table := fmt.Sprintf("tables:\n  - name: accounts\n    topic: %s\n    value_format: avro\n    stall_timeout: 20s\n", topic)
+	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\nschema_registry:\n  url: %s\n  username: %s\n  password: ${TEST_SR_PASSWORD}\n%s",
+		broker.Addr, f.reg.URL(), user, table)
+	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_SR_PASSWORD", pass)
+	p := startProc(t, "--log-format", "json", "serve", "--config", cfgPath)
+	cl := unixClient(filepath.Join(dir, "tables.db.sock"))
+	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
+	for k, raw := range want {
+		code, body, _ := httpGet(t, cl, "/v1/tables/accounts/keys/"+url.PathEscape(k))
+		if code != http.StatusOK || !sameJSONText(body, decoded[raw]) || !canonicalText(body) {
+			t.Fatalf("GET accounts/%s: %d %s, want %s", k, code, body, decoded[raw])
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("serve exit %d after SIGTERM", code)
+	}
+	if strings.Contains(p.stderrText()+p.stdout.String(), pass) {
+		t.Fatal("the registry password shows in the daemon's output")
+	}
+
+	noRegistry := filepath.Join(dir, "no-registry.yaml")
+	if err := os.WriteFile(noRegistry, []byte(fmt.Sprintf("db: other.db\nkafka:\n  brokers: %s\n%s", broker.Addr, table)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(decode.EnvURL, "")
+	r := mustCLI(t, exitUsage, "serve", "--config", noRegistry)
+	if !strings.Contains(r.stderr, "tables[0]") || !strings.Contains(r.stderr, "schema registry URL") {
+		t.Fatalf("stderr does not say the table needs a registry:\n%s", r.stderr)
+	}
 }
