@@ -11,7 +11,7 @@ import (
 )
 
 // Environment variables that supply the registry's URL and credentials
-// (RegistryFromEnv). Credentials never come from the command line, where
+// (Registry.WithEnv). Credentials never come from the command line, where
 // ps would show them.
 const (
 	EnvURL      = "KMATERIALIZE_SCHEMA_REGISTRY"
