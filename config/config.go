@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -37,13 +38,32 @@ type Config struct {
 	AllowRemote bool
 	AdminToken  Secret
 	Kafka       Kafka
-	Tables      []Table // in file order
+	// SchemaRegistry is the registry that tables with an avro, protobuf
+	// or jsonschema format decode with; its URL is "" when the file has
+	// none.
+	SchemaRegistry SchemaRegistry
+	Tables         []Table // in file order
 }
 
 // Kafka is the connection every table's replay uses.
 type Kafka struct {
 	Brokers    string
 	Properties Properties // ${NAME} already expanded
+}
+
+// SchemaRegistry is the file's schema_registry section, ${NAME} already
+// expanded. The password and the token are Secrets: never shown.
+type SchemaRegistry struct {
+	URL         string
+	Username    string
+	Password    Secret
+	BearerToken Secret
+}
+
+// Registry returns the settings as package decode takes them (the
+// process's environment may still override them: decode.Registry.WithEnv).
+func (r SchemaRegistry) Registry() decode.Registry {
+	return decode.Registry{URL: r.URL, Username: r.Username, Password: r.Password.Reveal(), BearerToken: r.BearerToken.Reveal()}
 }
 
 // Table is one table of the file: its definition and its schedule.
@@ -68,6 +88,15 @@ type file struct {
 	AdminToken  string      `yaml:"admin_token"`
 	Kafka       fileKafka   `yaml:"kafka"`
 	Tables      []fileTable `yaml:"tables"`
+
+	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
+}
+
+type fileSchemaRegistry struct {
+	URL         string `yaml:"url"`
+	Username    string `yaml:"username"`
+	Password    string `yaml:"password"`
+	BearerToken string `yaml:"bearer_token"`
 }
 
 type fileKafka struct {
@@ -89,6 +118,8 @@ type fileTable struct {
 	AllowUnknownGroups bool     `yaml:"allow_unknown_groups"`
 	OnBadRecord        string   `yaml:"on_bad_record"`
 	AllowEmpty         bool     `yaml:"allow_empty"`
+	ValueFormat        string   `yaml:"value_format"`
+	KeyFormat          string   `yaml:"key_format"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} in
@@ -295,6 +326,9 @@ func (p *parser) build(f *file) (*Config, error) {
 		}
 		c.Kafka.Properties[k] = ev
 	}
+	if c.SchemaRegistry, err = p.schemaRegistry(f.SchemaRegistry); err != nil {
+		return nil, err
+	}
 	seen := map[string]int{}
 	for i, ft := range f.Tables {
 		t, err := p.table(i, ft)
@@ -309,6 +343,27 @@ func (p *parser) build(f *file) (*Config, error) {
 		c.Tables = append(c.Tables, t)
 	}
 	return c, nil
+}
+
+// schemaRegistry checks the schema_registry section, expanding ${NAME} in
+// every field; a value is never in a message (it may be a secret).
+func (p *parser) schemaRegistry(f fileSchemaRegistry) (SchemaRegistry, error) {
+	var out SchemaRegistry
+	var vals [4]string
+	for i, fv := range []struct {
+		key, value string
+	}{{"url", f.URL}, {"username", f.Username}, {"password", f.Password}, {"bearer_token", f.BearerToken}} {
+		v, err := p.expand(fv.value)
+		if err != nil {
+			return out, p.errorf(p.line("schema_registry", fv.key), "schema_registry."+fv.key, "%v", err)
+		}
+		vals[i] = strings.TrimSpace(v)
+	}
+	out = SchemaRegistry{URL: vals[0], Username: vals[1], Password: Secret(vals[2]), BearerToken: Secret(vals[3])}
+	if err := out.Registry().Check(); err != nil {
+		return out, p.errorf(p.line("schema_registry"), "schema_registry", "%v", err)
+	}
+	return out, nil
 }
 
 // envRef is ${NAME}, or $${...}, which stays literal as ${...}.
@@ -361,6 +416,7 @@ var specFields = map[string]string{
 	materialize.FieldIgnoreFields: "ignore_fields", materialize.FieldCatalog: "catalog",
 	materialize.FieldAllowUnknownGroups: "allow_unknown_groups", materialize.FieldOnBadRecord: "on_bad_record",
 	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
+	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -390,6 +446,19 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 			return t, bad("on_bad_record", "%q: want fail or skip", ft.OnBadRecord)
 		}
 		s.OnBadRecord = ob
+	}
+	for _, f := range []struct {
+		key, value string
+		dst        *decode.Format
+	}{{"value_format", ft.ValueFormat, &s.ValueFormat}, {"key_format", ft.KeyFormat, &s.KeyFormat}} {
+		if f.value == "" {
+			continue
+		}
+		format, err := decode.ParseFormat(f.value)
+		if err != nil {
+			return t, bad(f.key, "%q: want %s", f.value, decode.FormatNames)
+		}
+		*f.dst = format
 	}
 	switch ft.End {
 	case "":

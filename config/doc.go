@@ -1,6 +1,6 @@
 // Package config owns kmaterialize's YAML configuration file: the database
-// and its socket, who may reach the daemon, the Kafka connection, and the
-// tables, each a materialize.Spec plus a schedule.
+// and its socket, who may reach the daemon, the Kafka connection, the
+// Schema Registry, and the tables, each a materialize.Spec plus a schedule.
 //
 // # Rules
 //
@@ -17,8 +17,9 @@
 //
 // # Secrets
 //
-// Kafka property values whose key names a secret (IsSecretKey) and the
-// admin token never appear in errors, logs or JSON: Properties and Secret
+// Kafka property values whose key names a secret (IsSecretKey), the
+// schema_registry password and bearer_token, and the admin token never
+// appear in errors, logs or JSON: Properties and Secret
 // redact themselves in String, MarshalJSON and zerolog output, and Scrub
 // removes secret property values from an error's message.
 package config

@@ -22,7 +22,10 @@ const (
 	// ReasonKeyTooLarge: a key over MaxKeySize (a latest record key, or a
 	// count identity or group). A bad record.
 	ReasonKeyTooLarge = "key_too_large"
-	// ReasonUndecodable: a count record whose value is null, not a JSON
+	// ReasonUndecodable: a record whose key or value the --key-format or
+	// --value-format cannot decode (package decode: no Schema Registry
+	// frame, an unknown schema id, bytes that do not match the schema, not
+	// JSON), or a count record whose value is null, not a JSON
 	// object, or lacks a usable identity or group field. A bad record.
 	ReasonUndecodable = "undecodable"
 	// ReasonUnknownGroup: a count record whose group is outside the

@@ -34,6 +34,11 @@ func decodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
+// CanonicalJSON returns the canonical form of one JSON value (see
+// canonicalJSON): the form in which decoded record values are stored
+// (package decode), so that two texts of the same value are the same row.
+func CanonicalJSON(data []byte) ([]byte, error) { return canonicalJSON(data) }
+
 // canonicalJSON returns the canonical form of one JSON value: no whitespace,
 // object keys sorted by their bytes, strings re-escaped minimally, and
 // numbers in the canonical text of canonicalNumber. Two JSON texts that

@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -80,6 +81,12 @@ type Options struct {
 	// WriteBudget overrides the bytes of records the writer buffers per
 	// hand-off to the fold (default: from Memory).
 	WriteBudget int
+	// Decode says how keys and values are decoded before the fold (package
+	// decode); the zero value decodes nothing (raw bytes). An undecodable
+	// record is a bad record (a *fold.DataError, or skipped and counted
+	// with Decode.OnBadRecord); a Schema Registry that cannot be reached
+	// fails the rebuild (decode.ErrUnavailable).
+	Decode decode.Config
 	// AllowEmpty publishes a rebuild in which no record contributed a row
 	// over a table that has such rows. By default that rebuild is refused
 	// with an *EmptyTableError (ErrWouldEmpty): a start past the last
@@ -126,6 +133,17 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
 		opts.Replay.Props = props
 	}
+	if opts.Decode.Topic == "" {
+		opts.Decode.Topic = opts.Replay.Topic
+	}
+	var dec *decode.Decoder
+	if opts.Decode.Active() {
+		var err error
+		if dec, err = decode.New(opts.Decode); err != nil {
+			return Report{}, fmt.Errorf("table %q: %w", opts.Table, err)
+		}
+		defer dec.Close()
+	}
 	gen, err := opts.DB.Begin(opts.Table)
 	if err != nil {
 		return Report{}, fmt.Errorf("rebuild table %q: %w", opts.Table, err)
@@ -145,7 +163,19 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.start(rctx)
-	res, rerr := replay.Run(rctx, opts.Replay, w.send)
+	sink := w.send
+	if dec != nil {
+		// Decoding runs on the replay's goroutine, before the writer: the
+		// fold sees canonical JSON.
+		sink = func(batch []fold.Record) error {
+			out, err := dec.Decode(batch)
+			if err != nil || len(out) == 0 {
+				return err
+			}
+			return w.send(out)
+		}
+	}
+	res, rerr := replay.Run(rctx, opts.Replay, sink)
 	werr := w.close()
 	switch {
 	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):
@@ -160,6 +190,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	}
 
 	stats := opts.Fold.Stats()
+	if dec != nil {
+		stats = withDecodeSkips(stats, dec.Skipped())
+	}
 	empty, err := isEmpty(gen, opts.Fold)
 	if err != nil {
 		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
@@ -175,7 +208,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		Name:     opts.Table,
 		Topic:    opts.Replay.Topic,
 		Fold:     opts.Fold.Name(),
-		Params:   opts.Fold.Params(),
+		Params:   withFormats(opts.Fold.Params(), opts.Decode),
 		BuiltAt:  started,
 		Duration: time.Since(started),
 		Records:  stats.Records,
@@ -208,6 +241,43 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
 		Int64("keys", published.Keys).Int("runs", w.runs).Dur("took", time.Since(started)).Msg("published")
 	return Report{Meta: published, Checkpoint: cp, Replay: res}, nil
+}
+
+// withFormats adds the key and value formats other than raw to a fold's
+// parameters, so that tables and export say how rows were decoded.
+func withFormats(params map[string]string, c decode.Config) map[string]string {
+	if !c.Active() {
+		return params
+	}
+	out := make(map[string]string, len(params)+2)
+	for k, v := range params {
+		out[k] = v
+	}
+	if c.Value != "" && c.Value != decode.Raw {
+		out["value_format"] = string(c.Value)
+	}
+	if c.Key != "" && c.Key != decode.Raw {
+		out["key_format"] = string(c.Key)
+	}
+	return out
+}
+
+// withDecodeSkips adds the records the decoder left out (undecodable,
+// with --on-bad-record skip) to the fold's counts: they were read, and
+// skipped as bad records.
+func withDecodeSkips(s fold.Stats, n int64) fold.Stats {
+	if n == 0 {
+		return s
+	}
+	by := make(map[string]int64, len(s.SkippedByReason)+1)
+	for k, v := range s.SkippedByReason {
+		by[k] = v
+	}
+	by[fold.ReasonUndecodable] += n
+	s.SkippedByReason = by
+	s.Records += n
+	s.Skipped += n
+	return s
 }
 
 // isEmpty reports whether no record contributed a row to the finished

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -34,6 +35,8 @@ const (
 	FieldEnd                = "end"
 	FieldStallTimeout       = "stall_timeout"
 	FieldMemory             = "memory"
+	FieldValueFormat        = "value_format"
+	FieldKeyFormat          = "key_format"
 )
 
 // Spec is a table's full definition: where its records come from, how they
@@ -74,6 +77,14 @@ type Spec struct {
 	// Memory bounds the bytes a rebuild's records and rows take in memory
 	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
 	Memory int64
+	// ValueFormat and KeyFormat say how record values and keys are decoded
+	// before the fold (package decode): raw (the default, ""), json,
+	// avro, protobuf or jsonschema, stored as canonical JSON. The Schema
+	// Registry they need is a connection setting, like the brokers: the
+	// caller gives it in Options.Decode.Registry, so that no credential is
+	// part of a table's definition.
+	ValueFormat decode.Format `json:"value_format,omitempty"`
+	KeyFormat   decode.Format `json:"key_format,omitempty"`
 }
 
 // ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
@@ -123,7 +134,7 @@ func (s Spec) TableName() string {
 
 // Validate reports the first missing or invalid field as a *SpecError, in
 // a fixed order (topic, fold, the fold's fields, on_bad_record, end,
-// stall_timeout, memory). It checks everything NewFolder needs, so a Spec that
+// stall_timeout, memory, value_format, key_format). It checks everything NewFolder needs, so a Spec that
 // validates builds its fold.
 func (s Spec) Validate() error {
 	bad := func(field, value, reason string, err error) error {
@@ -178,6 +189,12 @@ func (s Spec) Validate() error {
 	if s.Memory < 0 {
 		return bad(FieldMemory, fmt.Sprint(s.Memory), "must be positive", nil)
 	}
+	if !s.ValueFormat.Valid() {
+		return bad(FieldValueFormat, fmt.Sprintf("%q", s.ValueFormat), "want "+decode.FormatNames, nil)
+	}
+	if !s.KeyFormat.Valid() {
+		return bad(FieldKeyFormat, fmt.Sprintf("%q", s.KeyFormat), "want "+decode.FormatNames, nil)
+	}
 	return nil
 }
 
@@ -213,7 +230,8 @@ func (s Spec) NewFolder() (fold.Folder, error) {
 // and the replay's topic, end mark and stall timeout, with the caller's
 // brokers, librdkafka properties and logger. The replay starts at every
 // partition's earliest retained offset; a caller that wants another start
-// sets Replay.Start, and may set Replay.Progress. Each call returns a new
+// sets Replay.Start, and may set Replay.Progress; a Spec with a Schema
+// Registry format needs the caller to set Decode.Registry. Each call returns a new
 // Folder, so each rebuild must call Options again.
 func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log zerolog.Logger) (Options, error) {
 	f, err := s.NewFolder()
@@ -236,6 +254,7 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 			Log:          log,
 		},
 		Fold:       f,
+		Decode:     decode.Config{Topic: s.Topic, Key: s.KeyFormat, Value: s.ValueFormat, OnBadRecord: s.OnBadRecord},
 		AllowEmpty: s.AllowEmpty,
 		Memory:     s.Memory,
 		Log:        log,

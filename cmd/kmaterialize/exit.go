@@ -7,6 +7,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/copier"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -37,7 +38,7 @@ func exitCode(err error) int {
 		return de.code
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
-		errors.As(err, new(*serve.ConfigError)):
+		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
@@ -45,6 +46,8 @@ func exitCode(err error) int {
 		return exitConflict
 	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
 		return exitIncomplete
+	case errors.Is(err, decode.ErrUnavailable):
+		return exitUnavailable
 	case errors.Is(err, replay.ErrUnavailable), errors.Is(err, replay.ErrTopicNotFound),
 		errors.Is(err, copier.ErrUnauthorized), errors.Is(err, replay.ErrTopicDeleted):
 		return exitUnavailable
@@ -98,6 +101,10 @@ func hint(err error) string {
 		return "find out who deleted the topic; the previous table is kept until a rebuild of a recreated topic succeeds"
 	case errors.Is(err, replay.ErrTopicNotFound):
 		return "kmaterialize describe --brokers HOST:PORT --topic TOPIC, and check the topic name"
+	case errors.Is(err, decode.ErrUnavailable):
+		return "check that the Schema Registry is up and reachable (--schema-registry, " + decode.EnvURL + " or schema_registry.url) and its credentials (the config file's schema_registry section, or " + decode.EnvUser + "/" + decode.EnvPassword + " or " + decode.EnvToken + "), then rerun"
+	case errors.Is(err, decode.ErrBadSetting):
+		return "--value-format avro --schema-registry http://localhost:8081 (credentials from " + decode.EnvUser + " and " + decode.EnvPassword + ")"
 	case errors.Is(err, replay.ErrUnavailable):
 		return "check that the brokers are up and reachable (--brokers or KMATERIALIZE_BROKERS) and the security settings passed with -X, then rerun"
 	case errors.Is(err, replay.ErrOpenTransaction):

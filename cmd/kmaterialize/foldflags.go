@@ -7,13 +7,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 func foldFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "fold", Value: "latest", Usage: "how records become rows: latest (last value per key) or count (identity-deduplicated counts per group)"},
 		&cli.StringFlag{Name: "identity-field", Usage: "count: JSON field that identifies a logical event (e.g. event_id)"},
 		&cli.StringFlag{Name: "group-field", Usage: "count: JSON field whose value is the row counted (e.g. booth)"},
@@ -21,7 +22,7 @@ func foldFlags() []cli.Flag {
 		&cli.StringFlag{Name: "catalog", Usage: "count: JSON `FILE` with the groups that always appear: an array of names, or an object whose keys are the names"},
 		&cli.BoolFlag{Name: "allow-unknown-groups", Usage: "count: accept groups that are not in the catalog"},
 		&cli.StringFlag{Name: "on-bad-record", Value: "fail", Usage: "a record the fold cannot store (a key over 32 KiB; count: a value that is not a JSON object with the fields, a group outside the catalog): fail (exit 3, nothing published) or skip (leave it out and count it; kmaterialize tables shows the counts by reason)"},
-	}
+	}, decodeFlags()...)
 }
 
 // countOnlyFlags apply to --fold count only.
@@ -33,6 +34,7 @@ var specFlags = map[string]string{
 	materialize.FieldGroupField: "group-field", materialize.FieldIgnoreFields: "ignore-field",
 	materialize.FieldCatalog: "catalog", materialize.FieldAllowUnknownGroups: "allow-unknown-groups",
 	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
+	materialize.FieldValueFormat: "value-format", materialize.FieldKeyFormat: "key-format",
 }
 
 // tableSpec builds the table's definition from the rebuild flags. With
@@ -121,6 +123,20 @@ func tableSpec(c *cli.Context) (materialize.Spec, error) {
 	}
 	if flag("allow-empty") {
 		s.AllowEmpty = c.Bool("allow-empty")
+	}
+	for _, f := range []struct {
+		name string
+		dst  *decode.Format
+	}{{"value-format", &s.ValueFormat}, {"key-format", &s.KeyFormat}} {
+		if !flag(f.name) || !hasFlag(c.Command, f.name) {
+			continue
+		}
+		format, err := decode.ParseFormat(c.String(f.name))
+		if err != nil {
+			return s, &usageError{msg: fmt.Sprintf("--%s %q: want %s", f.name, c.String(f.name), decode.FormatNames),
+				hint: "--" + f.name + " avro --schema-registry http://localhost:8081"}
+		}
+		*f.dst = format
 	}
 	if err := s.Validate(); err != nil {
 		return s, specUsage(err)

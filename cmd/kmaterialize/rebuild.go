@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -58,6 +59,7 @@ temporary run files in FILE.runs/ beside the database (disk space: up to
 about the size of the table's rows), and merged into the table at the end;
 the run files are removed when the rebuild ends, and by the next open after
 a crash.
+` + decodeHelp + `
 
 A corrupt database (see kmaterialize check) stops the rebuild with exit 1;
 --replace-corrupt moves it aside to FILE.corrupt-<UTC time> instead, says
@@ -71,6 +73,8 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
       --fold count --identity-field event_id --group-field booth --catalog booths.json
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
+  $ KMATERIALIZE_SCHEMA_REGISTRY_USER=svc KMATERIALIZE_SCHEMA_REGISTRY_PASSWORD=... kmaterialize rebuild \
+      --brokers localhost:9092 --topic orders --db orders.db --value-format avro --schema-registry http://localhost:8081
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances --end stable --db /tmp/try.db
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
@@ -106,6 +110,8 @@ type rebuildOptions struct {
 	props          map[string]string
 	start          replay.Start
 	interval       time.Duration
+	// registry is the Schema Registry for the spec's formats.
+	registry decode.Registry
 }
 
 func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
@@ -147,6 +153,13 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	}
 	if err := checkProps(b, props, replay.ConsumerClient); err != nil {
 		return nil, err
+	}
+	if o.registry, err = registrySettings(c); err != nil {
+		return nil, err
+	}
+	dc := decode.Config{Key: o.spec.KeyFormat, Value: o.spec.ValueFormat, Registry: o.registry}
+	if err := dc.Check(); err != nil {
+		return nil, &usageError{msg: err.Error(), hint: "--value-format avro --schema-registry http://localhost:8081 (credentials: " + decode.EnvUser + ", " + decode.EnvPassword + ")"}
 	}
 	return o, nil
 }
@@ -317,6 +330,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		return specUsage(err)
 	}
 	opts.Replay.Start = o.start
+	opts.Decode.Registry = o.registry
 	prog := newProgress(stderrOf(c), log, o.interval)
 	opts.Replay.Progress = prog.update
 	opts.Replay.ProgressInterval = prog.tick()

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
@@ -43,6 +44,10 @@ The config file (YAML; an unknown field is an error naming its line):
     properties:                            # librdkafka properties; ${NAME} from the environment
       security.protocol: SASL_SSL
       sasl.password: ${KAFKA_PASSWORD}
+  schema_registry:                         # for value_format/key_format avro, protobuf, jsonschema
+    url: http://registry:8081
+    username: svc                          # basic auth; or bearer_token: ${SR_TOKEN}
+    password: ${SR_PASSWORD}
   tables:
     - name: balances
       topic: account-balances
@@ -52,6 +57,8 @@ The config file (YAML; an unknown field is an error naming its line):
       stall_timeout: 30s
       on_bad_record: fail                  # fail | skip
       allow_empty: false
+      value_format: raw                    # raw | json | avro | protobuf | jsonschema
+      key_format: raw                      # the same choices
     - name: votes
       topic: studio-votes
       fold: count
@@ -166,6 +173,15 @@ func loadServeConfig(path string) (*config.Config, error) {
 	if err := checkProps(cfg.Kafka.Brokers, props, replay.ConsumerClient); err != nil {
 		return nil, fmt.Errorf("config %s: kafka.properties: %w", path, err)
 	}
+	// A table with a Schema Registry format needs the registry now, not
+	// at its first build.
+	reg := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
+	for i, t := range cfg.Tables {
+		dc := decode.Config{Key: t.Spec.KeyFormat, Value: t.Spec.ValueFormat, Registry: reg}
+		if err := dc.Check(); err != nil {
+			return nil, &config.Error{Path: path, Line: t.Line, Field: fmt.Sprintf("tables[%d]", i), Msg: err.Error(), Err: err}
+		}
+	}
 	return cfg, nil
 }
 
@@ -192,6 +208,7 @@ func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logg
 // the same rebuild as kmaterialize rebuild --config FILE --table NAME.
 func serveTables(cfg *config.Config) []serve.Table {
 	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
+	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
 	out := make([]serve.Table, 0, len(cfg.Tables))
 	for _, t := range cfg.Tables {
 		spec := t.Spec
@@ -202,6 +219,7 @@ func serveTables(cfg *config.Config) []serve.Table {
 				if err != nil {
 					return materialize.Report{}, err
 				}
+				opts.Decode.Registry = registry
 				rep, err := materialize.Rebuild(ctx, opts)
 				if err != nil {
 					err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
