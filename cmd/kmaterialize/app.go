@@ -65,6 +65,7 @@ Try: kmaterialize demo`,
 		withDaemon(cmd)
 		// After checkRequired: the file's values count as given.
 		withConfig(cmd)
+		withPropsFile(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
@@ -77,9 +78,18 @@ Try: kmaterialize demo`,
 		return 0
 	}
 	code := exitCode(err)
-	fmt.Fprintf(stderr, "kmaterialize: %v\n", err)
+	// The final error passes the Redactor too: it may quote a library's
+	// message that quotes a secret.
+	red, _ := app.Metadata[metaRedactor].(interface{ String(string) string })
+	shown := func(s string) string {
+		if red == nil {
+			return s
+		}
+		return red.String(s)
+	}
+	fmt.Fprintf(stderr, "kmaterialize: %s\n", shown(err.Error()))
 	if h := hint(err); h != "" {
-		fmt.Fprintf(stderr, "Try: %s\n", h)
+		fmt.Fprintf(stderr, "Try: %s\n", shown(h))
 	}
 	return code
 }

@@ -111,6 +111,9 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// The file's secrets, before anything can print them.
+	red := redactorOf(c)
+	red.Add(cfg.Secrets()...)
 	srv, err := serve.New(serve.Config{
 		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
@@ -134,7 +137,7 @@ func runServe(c *cli.Context) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, srv, log)
+				reload(path, cfg, srv, log, red)
 			}
 		}
 	}()
@@ -171,8 +174,11 @@ func loadServeConfig(path string) (*config.Config, error) {
 
 // reload is SIGHUP: the tables of the file as it is now replace the
 // running ones; a file that does not load changes nothing.
-func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logger) {
+func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logger, red *config.Redactor) {
 	cfg, err := loadServeConfig(path)
+	if err == nil {
+		red.Add(cfg.Secrets()...)
+	}
 	if err != nil {
 		log.Error().Err(err).Str("config", path).Msg("reload failed: keeping the running tables")
 		return
@@ -189,8 +195,12 @@ func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logg
 }
 
 // serveTables turns each table of cfg into a serve.Table whose Build is
-// the same rebuild as kmaterialize rebuild --config FILE --table NAME.
+// the same rebuild as kmaterialize rebuild --config FILE --table NAME. A
+// build's error is what the API shows (runs, table status): none of the
+// config's secrets may be in it.
 func serveTables(cfg *config.Config) []serve.Table {
+	red := config.NewRedactor()
+	red.Add(cfg.Secrets()...)
 	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
 	out := make([]serve.Table, 0, len(cfg.Tables))
 	for _, t := range cfg.Tables {
@@ -206,7 +216,7 @@ func serveTables(cfg *config.Config) []serve.Table {
 				if err != nil {
 					err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
 				}
-				return rep, config.Scrub(err, props)
+				return rep, red.Error(config.Scrub(err, props))
 			},
 		})
 	}
