@@ -29,6 +29,10 @@ Try: kmaterialize demo`,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
+		// A librdkafka value holds commas (-X debug=broker,security, -X
+		// bootstrap.servers=a:9092,b:9092): repeatable flags are repeated,
+		// never split at commas.
+		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
