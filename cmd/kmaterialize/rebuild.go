@@ -73,7 +73,7 @@ Examples:
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances --end stable --db /tmp/try.db
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
-      -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
+      -F client.properties    # security.protocol=SASL_SSL, sasl.password=..., one KEY=VALUE a line`,
 		Flags: append([]cli.Flag{
 			configFlag(), brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.BoolFlag{Name: "replace-corrupt", Usage: "if the database is corrupt, move it aside to FILE.corrupt-<UTC time> and build a fresh one"},

@@ -201,7 +201,8 @@ func TestSecretsNeverShown(t *testing.T) {
 }
 
 // TestSecretsNotInDaemon runs serve against the SASL broker with the
-// password (and the admin token) from the environment, and checks its log,
+// password from a -F file (and the admin token from the environment), and
+// checks its log,
 // every read route, /metrics, and a failing table's status (a second
 // daemon whose password is wrong) for the secrets.
 func TestSecretsNotInDaemon(t *testing.T) {
@@ -210,19 +211,19 @@ func TestSecretsNotInDaemon(t *testing.T) {
 	want, _, _ := oracle(r.produce(t, topic, genRecords(newRand(t), []int32{0, 1}, 100)), nil)
 	token := randomSecret(t, "token-")
 	wrong := randomSecret(t, "wrong-")
-	t.Setenv("KMZ_TEST_KAFKA_PASSWORD", r.password)
 	t.Setenv("KMZ_TEST_WRONG_PASSWORD", wrong)
 	t.Setenv("KMZ_TEST_ADMIN_TOKEN", token)
 
-	daemon := func(pwVar string) (*proc, *http.Client, string) {
+	// pwLine is the config's sasl.password line ("" for none).
+	daemon := func(pwLine string, extra ...string) (*proc, *http.Client, string) {
 		dir := t.TempDir()
 		cfg := filepath.Join(dir, "k.yaml")
-		doc := fmt.Sprintf("db: tables.db\nadmin_token: ${KMZ_TEST_ADMIN_TOKEN}\nkafka:\n  brokers: %s\n  properties:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n    sasl.username: %s\n    sasl.password: ${%s}\n    debug: security\ntables:\n  - name: t1\n    topic: %s\n    stall_timeout: 3s\n",
-			r.b.Addr, r.user, pwVar, topic)
+		doc := fmt.Sprintf("db: tables.db\nadmin_token: ${KMZ_TEST_ADMIN_TOKEN}\nkafka:\n  brokers: %s\n  properties:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n    sasl.username: %s\n%s    debug: security\ntables:\n  - name: t1\n    topic: %s\n    stall_timeout: 3s\n",
+			r.b.Addr, r.user, pwLine, topic)
 		if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := startProc(t, "--log-format", "json", "--log-level", "debug", "serve", "--config", cfg)
+		p := startProc(t, append([]string{"--log-format", "json", "--log-level", "debug", "serve", "--config", cfg}, extra...)...)
 		return p, unixClient(filepath.Join(dir, "tables.db.sock")), dir
 	}
 	routes := []string{"/v1/tables", "/v1/tables/t1", "/v1/tables/t1/rows", "/v1/tables/t1/export", "/metrics", "/readyz", "/healthz"}
@@ -243,7 +244,8 @@ func TestSecretsNotInDaemon(t *testing.T) {
 		}
 	}
 
-	good, cl, _ := daemon("KMZ_TEST_KAFKA_PASSWORD")
+	// The password from -F only (the config has none): -F reaches serve.
+	good, cl, _ := daemon("", "-F", r.propsFile(t, r.password))
 	awaitStatus(t, cl, good, "/readyz", http.StatusOK)
 	checkKeys(t, cl, "t1", want)
 	served := readAll(cl)
@@ -254,7 +256,7 @@ func TestSecretsNotInDaemon(t *testing.T) {
 	noSecret(t, token, "the daemon's log", good.stderrText(), good.stdout.String())
 
 	// A wrong password: the table's build fails; its status says why.
-	bad, cl, _ := daemon("KMZ_TEST_WRONG_PASSWORD")
+	bad, cl, _ := daemon("    sasl.password: ${KMZ_TEST_WRONG_PASSWORD}\n")
 	waitFor(t, 60*time.Second, "the failed build's error in the table's status", func() bool {
 		_, body, _ := httpGet(t, cl, "/v1/tables/t1")
 		return strings.Contains(body, "nothing published")
