@@ -70,6 +70,7 @@ Try: kmaterialize demo`,
 		// After checkRequired: the file's values count as given.
 		withConfig(cmd)
 		withPropsFile(cmd)
+		withProgressFlag(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }

@@ -53,7 +53,7 @@ Examples:
 			&cli.BoolFlag{Name: "abort", Usage: "produce each batch and abort it: nothing becomes visible and the group does not advance"},
 			&cli.BoolFlag{Name: "repartition", Usage: "place records by key with the Java-compatible murmur2_random partitioner"},
 			&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on one transactional call; a call that times out is retried (a commit as a commit) until --stall-timeout"},
-			stallFlag(), propsFlag(),
+			stallFlag(), propsFlag(), progressIntervalFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			for _, f := range []string{"from", "to", "group", "transactional-id"} {
@@ -81,6 +81,10 @@ Examples:
 			if err := checkProps(k.brokers, k.props, replay.ProducerClient, replay.ConsumerClient); err != nil {
 				return err
 			}
+			prog, err := newProgress(c, k.log)
+			if err != nil {
+				return err
+			}
 			sum, err := copier.Run(c.Context, copier.Config{
 				Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
 				Group: c.String("group"), TransactionalID: c.String("transactional-id"),
@@ -88,7 +92,9 @@ Examples:
 				MaxRecords: c.Int64("max-records"), Follow: c.Bool("follow"), Abort: c.Bool("abort"),
 				Repartition: c.Bool("repartition"), StallTimeout: stall,
 				CallTimeout: c.Duration("call-timeout"), Log: k.log,
+				Progress: prog.Update, ProgressInterval: prog.Tick(),
 			})
+			prog.Finish()
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))
 			if errors.Is(err, copier.ErrBadDestination) {
@@ -120,7 +126,7 @@ Examples:
 			&cli.StringFlag{Name: "to", Usage: "destination `TOPIC`"},
 			&cli.StringFlag{Name: "by", Value: "record", Usage: "record (key, value and headers) or value"},
 			&cli.IntFlag{Name: "examples", Value: 5, Usage: "examples shown per kind"},
-			stallFlag(), propsFlag(),
+			stallFlag(), propsFlag(), progressIntervalFlag(),
 		},
 		Action: runVerify,
 	}

@@ -83,7 +83,7 @@ Examples:
 			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
-			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+			progressIntervalFlag(),
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the rebuild to `FILE` (for the benchmark)"},
 			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
 		}, foldFlags()...),
@@ -105,7 +105,6 @@ type rebuildOptions struct {
 	brokers        string
 	props          map[string]string
 	start          replay.Start
-	interval       time.Duration
 }
 
 func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
@@ -120,7 +119,7 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &rebuildOptions{dbPath: c.String("db"), interval: c.Duration("progress-interval"),
+	o := &rebuildOptions{dbPath: c.String("db"),
 		replaceCorrupt: c.Bool("replace-corrupt"), brokers: b, props: props}
 	if o.spec, err = tableSpec(c); err != nil {
 		return nil, err
@@ -317,9 +316,13 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		return specUsage(err)
 	}
 	opts.Replay.Start = o.start
-	prog := newProgress(stderrOf(c), log, o.interval)
-	opts.Replay.Progress = prog.update
-	opts.Replay.ProgressInterval = prog.tick()
+	prog, err := newProgress(c, log)
+	if err != nil {
+		return err
+	}
+	defer prog.Finish()
+	opts.Replay.Progress = prog.Update
+	opts.Replay.ProgressInterval = prog.Tick()
 	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
 	if !testing.Testing() {
 		defer limitGoMemory(o.spec.Memory)()
@@ -332,7 +335,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		defer stopProfile()
 	}
 	rep, err := materialize.Rebuild(c.Context, opts)
-	prog.finish()
+	prog.Finish()
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}
