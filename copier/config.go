@@ -46,7 +46,7 @@ type Config struct {
 	// end offset captured at start; with Follow, the high watermark the
 	// consumer last saw). It replaces the copy's own progress log line.
 	Progress func(replay.Progress)
-	Log              zerolog.Logger
+	Log      zerolog.Logger
 }
 
 func (c Config) withDefaults() Config {
