@@ -36,9 +36,13 @@ restarted after a crash gets its partitions back at once.
 
 The last line on stdout is a JSON summary: records, transactions, committed.
 
+Progress goes to stderr: a bar per assigned source partition on a terminal,
+JSON progress lines every --progress-interval otherwise (--progress).
+
 Examples:
   $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1
   $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1 --max-records 500 --abort
+  $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1 -F client.properties --progress lines
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy`,
 		Flags: []cli.Flag{
 			configFlag(), brokersFlag(),
@@ -117,9 +121,13 @@ destination as often as in the source. Prints the missing and duplicated
 counts with a few examples (partition and offset on each side), as JSON on
 stdout, and exits 0 when both are zero, 3 otherwise.
 
+Progress goes to stderr, the source's partitions then the destination's
+(--progress).
+
 Examples:
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy
-  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy --by value`,
+  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy --by value
+  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy -F client.properties --progress off`,
 		Flags: []cli.Flag{
 			configFlag(), brokersFlag(),
 			&cli.StringFlag{Name: "from", Usage: "source `TOPIC`"},

@@ -71,6 +71,7 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
       --fold count --identity-field event_id --group-field booth --catalog booths.json
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --progress lines --progress-interval 30s
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances --end stable --db /tmp/try.db
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
       -F client.properties    # security.protocol=SASL_SSL, sasl.password=..., one KEY=VALUE a line`,
