@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kmaterialize/kmaterialize/config"
 )
 
 // run builds the app and maps its error to an exit code; it is main without
@@ -83,18 +85,15 @@ Try: kmaterialize demo`,
 		return 0
 	}
 	code := exitCode(err)
-	// The final error passes the Redactor too: it may quote a library's
-	// message that quotes a secret.
-	red, _ := app.Metadata[metaRedactor].(interface{ String(string) string })
-	shown := func(s string) string {
-		if red == nil {
-			return s
-		}
-		return red.String(s)
+	// The final error passes the run's Redactor too: it may quote a
+	// library's message that quotes a secret.
+	msg, h := err.Error(), hint(err)
+	if red, ok := app.Metadata[metaRedactor].(*config.Redactor); ok {
+		msg, h = red.String(msg), red.String(h)
 	}
-	fmt.Fprintf(stderr, "kmaterialize: %s\n", shown(err.Error()))
-	if h := hint(err); h != "" {
-		fmt.Fprintf(stderr, "Try: %s\n", shown(h))
+	fmt.Fprintf(stderr, "kmaterialize: %s\n", msg)
+	if h != "" {
+		fmt.Fprintf(stderr, "Try: %s\n", h)
 	}
 	return code
 }
