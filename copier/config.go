@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 // Config describes one copy. Zero values mean the documented defaults.
@@ -35,9 +37,16 @@ type Config struct {
 	// offsets, commit, abort); a timed-out attempt is retried until
 	// StallTimeout. Default 10s.
 	CallTimeout time.Duration
-	// ProgressInterval is how often progress is logged. Default 5s.
+	// ProgressInterval is how often progress is logged, or handed to
+	// Progress when set. Default 5s.
 	ProgressInterval time.Duration
-	Log              zerolog.Logger
+	// Progress, if set, is called from the copy's loop every
+	// ProgressInterval, and once when the copy ends, with the position of
+	// each source partition this copier is assigned against its end (the
+	// end offset captured at start; with Follow, the high watermark the
+	// consumer last saw). It replaces the copy's own progress log line.
+	Progress func(replay.Progress)
+	Log      zerolog.Logger
 }
 
 func (c Config) withDefaults() Config {

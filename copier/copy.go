@@ -41,6 +41,7 @@ type copyRun struct {
 	parts      map[int32]*partition // the assigned source partitions
 
 	sum      Summary
+	started  time.Time
 	progress time.Time // last time records were copied or offsets committed
 	failed   error     // set by the rebalance callback
 
@@ -55,13 +56,16 @@ type copyRun struct {
 func Run(ctx context.Context, c Config) (Summary, error) {
 	c = c.withDefaults()
 	started := time.Now()
-	r := &copyRun{c: c, log: c.Log, parts: map[int32]*partition{}}
+	r := &copyRun{c: c, log: c.Log, parts: map[int32]*partition{}, started: started}
 	r.sum = Summary{From: c.From, To: c.To, Group: c.Group, Committed: !c.Abort}
 	var wg sync.WaitGroup
 	defer wg.Wait() // log forwarders end when the clients close
 	err := r.open(ctx, &wg)
 	if err == nil {
 		err = r.loop(ctx)
+		if r.c.Progress != nil {
+			r.c.Progress(r.snapshot())
+		}
 	}
 	if errors.Is(err, ErrFenced) || errors.Is(err, ErrFatal) {
 		// A newer copier with our group.instance.id may fence the
@@ -137,12 +141,7 @@ func (r *copyRun) loop(ctx context.Context) error {
 		}
 		if time.Since(lastLog) >= r.c.ProgressInterval {
 			lastLog = time.Now()
-			pos := map[int32]int64{}
-			for id, p := range r.parts {
-				pos[id] = p.pos
-			}
-			r.log.Info().Int64("records", r.sum.Records).Int64("transactions", r.sum.Transactions).
-				Interface("positions", pos).Msg("progress")
+			r.reportProgress()
 		}
 		if r.c.Follow || r.inTxn || time.Since(lastCheck) < 200*time.Millisecond {
 			continue

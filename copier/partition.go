@@ -33,13 +33,26 @@ type partition struct {
 	verifying  bool
 	verifyFrom int64 // expected() when the re-read began
 	eofSeen    int64
+	// first is where this copier began on the partition, for progress:
+	// the committed offset at assignment, else the first position taken.
+	// -1 while neither is known. Never moved back by a rewind.
+	first int64
 }
 
 func newPartition(id int32, committed int64) *partition {
 	if committed < 0 {
 		committed = -1
 	}
-	return &partition{id: id, committed: committed, base: committed, pos: -1}
+	return &partition{id: id, committed: committed, base: committed, pos: -1, first: committed}
+}
+
+// position is where the partition stands for progress: the position
+// taken, else the committed offset; -1 when neither is known.
+func (p *partition) position() int64 {
+	if p.pos >= 0 {
+		return p.pos
+	}
+	return p.committed
 }
 
 // expected is the offset the next record of the partition should have if
@@ -68,6 +81,9 @@ func (p *partition) take(off int64) (passedBy int64) {
 	p.verifying = false
 	if p.base < 0 {
 		p.base = off
+	}
+	if p.first < 0 {
+		p.first = off
 	}
 	p.pos = off + 1
 	p.inTxn = true
@@ -102,6 +118,9 @@ func (p *partition) reachedEOF(off int64) (from int64, verify bool) {
 		// or below off with no records between, so off is a safe rewind
 		// target.
 		p.base = off
+	}
+	if p.first < 0 {
+		p.first = off
 	}
 	p.pos = off
 	p.inTxn = true

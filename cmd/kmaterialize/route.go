@@ -55,8 +55,8 @@ const rebuildDaemonHelp = `
 
 A routed rebuild sends only the table's name (--table, or the topic's) and
 waits for the run: the daemon builds the table as its config says, so
---config, --db, --table, --socket, --lock-timeout and --progress-interval are
-all it takes; any other flag is exit 2. A rebuild of the table already
+--config, --db, --table, --socket, --lock-timeout, --progress and
+--progress-interval are all it takes; any other flag is exit 2. A rebuild of the table already
 running in the daemon is exit 7.`
 
 // rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
@@ -64,6 +64,7 @@ running in the daemon is exit 7.`
 // built (the daemon's config decides that).
 var rebuildViaDaemonFlags = map[string]bool{
 	"config": true, "db": true, "table": true, "socket": true, "lock-timeout": true, "progress-interval": true,
+	"progress": true,
 }
 
 // withDaemon adds the daemon's help to a command that takes --socket and
