@@ -35,6 +35,8 @@ Try: kmaterialize demo`,
 		},
 		Commands: []*cli.Command{
 			rebuildCommand(),
+			updateCommand(),
+			importCommand(),
 			getCommand(),
 			scanCommand(),
 			exportCommand(),
