@@ -222,6 +222,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		return checkpoint.Save(tx, o.Table, next)
 	}
 	mode, err := u.publish(ctx, meta, specJSON, hook)
+	log = log.With().Int("runs", u.runs).Logger()
 	if err != nil {
 		return Report{Replay: res}, err
 	}
@@ -315,7 +316,8 @@ type updater struct {
 	bufBytes int
 	records  int64 // records handed to the sink
 
-	gen *store.Generation // the new generation, once the update does not fit
+	gen  *store.Generation // the new generation, once the update does not fit
+	runs int               // run files the latest fold spilled
 }
 
 // sink is the replay's Sink.
@@ -463,6 +465,7 @@ func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec 
 	if err := u.begin(ctx); err != nil {
 		return "", err
 	}
+	u.runs = u.gen.Runs()
 	if err := u.gen.WriteMergedOver(ctx, u.base, rows); err != nil {
 		return "", fmt.Errorf("update table %q: %w", u.table, err)
 	}

@@ -190,11 +190,11 @@ type tableJSON struct {
 	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
 	// provenance: incremental updates since the last full rebuild, and
 	// when its end marks were captured (null: unknown, an imported table).
-	UpdatesSinceRebuild  int64   `json:"updates_since_rebuild"`
-	CheckpointCapturedAt *string `json:"checkpoint_captured_at"`
-	LastError  *lastErrorJSON         `json:"last_error"`
-	NextRun    *string                `json:"next_run"`
-	Run        *runJSON               `json:"run"`
+	UpdatesSinceRebuild  int64          `json:"updates_since_rebuild"`
+	CheckpointCapturedAt *string        `json:"checkpoint_captured_at"`
+	LastError            *lastErrorJSON `json:"last_error"`
+	NextRun              *string        `json:"next_run"`
+	Run                  *runJSON       `json:"run"`
 	// SkippedRuns counts scheduled runs skipped because one was going.
 	SkippedRuns int64 `json:"skipped_runs"`
 
