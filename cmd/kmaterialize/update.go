@@ -158,9 +158,12 @@ func printUpdated(w io.Writer, rep materialize.Report) error {
 	if rep.Mode == materialize.ModeRebuilt {
 		return printPublished(w, rep.Meta)
 	}
-	m := rep.Meta
+	return printUpdateLine(w, rep.Meta.Name, rep.Mode, rep.Meta.Generation, rep.Meta.Keys, rep.Replay.Records, rep.Checkpoint.Updates)
+}
+
+func printUpdateLine(w io.Writer, table, mode string, gen uint64, keys, records, updates int64) error {
 	_, err := fmt.Fprintf(w, "updated table %s (%s): generation %d, %d keys, %d new records read, %d updates since the last rebuild\n",
-		m.Name, rep.Mode, m.Generation, m.Keys, rep.Replay.Records, rep.Checkpoint.Updates)
+		table, mode, gen, keys, records, updates)
 	return err
 }
 
@@ -210,6 +213,13 @@ func updateVia(c *cli.Context, d *daemon, table string) error {
 			msg:  d.answered(fmt.Sprintf("run %d (update) of table %q failed, nothing published: %s", res.Run, table, res.Error)),
 			hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
 	}
-	_, err = fmt.Fprintf(stdoutOf(c), "updated table %s: generation %d\n", table, res.Generation)
-	return err
+	if res.Mode != materialize.ModeRebuilt {
+		return printUpdateLine(stdoutOf(c), table, res.Mode, res.Generation, res.Keys, res.Records, res.Updates)
+	}
+	t, err := d.cl.Table(c.Context, table)
+	if err != nil || t.Generation != res.Generation {
+		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, res.Generation)
+		return err
+	}
+	return printPublished(stdoutOf(c), metaOf(t))
 }

@@ -507,3 +507,58 @@ func TestImportThenUpdate(t *testing.T) {
 		t.Fatalf("tables after refused imports (-want +got):\n%s", diff)
 	}
 }
+
+// TestRoutedUpdate: while a daemon holds the database, update goes through
+// it (no --brokers needed: the daemon's), publishes what the oracle says,
+// refuses flags that would change how it runs, and keeps update's exit
+// codes: a checkpoint below the retained low is exit 4 through the daemon
+// too, and --rebuild-if-needed rebuilds.
+func TestRoutedUpdate(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 2)
+	parts := []int32{0, 1}
+	var all []rec
+	all = append(all, produce(t, topic, genRecords(rng, parts, 100))...)
+	rig := newDaemonRig(t, topic, "")
+	rig.start(t)
+
+	all = append(all, produce(t, topic, genRecords(rng, parts, 100))...)
+	r := bin(t, 0, "update", "--db", rig.db, "--table", rig.table)
+	if !strings.Contains(r.stdout, "updated table "+rig.table+" (in-place)") {
+		t.Fatalf("routed update output:\n%s", r.stdout)
+	}
+	want, _, _ := oracle(all, nil)
+	checkServedKeys(t, rig, want)
+	if n := updatesSinceRebuild(t, rig.db, rig.table); n != 1 {
+		t.Fatalf("updates since rebuild through the daemon: %d, want 1", n)
+	}
+
+	r = bin(t, 2, "update", "--db", rig.db, "--table", rig.table, "--memory", "1MiB")
+	if !strings.Contains(r.stderr, "--memory") {
+		t.Fatalf("refused flag not named:\n%s", r.stderr)
+	}
+
+	cp := tablesJSON(t, rig.db)[rig.table].Partitions[0].End
+	all = append(all, produce(t, topic, genRecords(rng, parts, 100))...)
+	if err := broker.Cluster.DeleteRecords(topic, 0, cp+1); err != nil {
+		t.Fatal(err)
+	}
+	r = bin(t, 4, "update", "--db", rig.db, "--table", rig.table)
+	if !strings.Contains(r.stderr, fmt.Sprintf("checkpoint %d is below the retained low %d", cp, cp+1)) {
+		t.Fatalf("routed refusal:\n%s", r.stderr)
+	}
+	checkServedKeys(t, rig, want)
+	bin(t, 0, "update", "--db", rig.db, "--table", rig.table, "--rebuild-if-needed")
+	want, _, _ = oracle(all, func(r rec) bool { return r.P != 0 || r.O >= cp+1 })
+	checkServedKeys(t, rig, want)
+}
+
+// checkServedKeys checks every key of the oracle through the daemon, and
+// that it serves no other key.
+func checkServedKeys(t *testing.T, rig *daemonRig, want map[string]string) {
+	t.Helper()
+	checkKeys(t, rig.cl, rig.table, want)
+	if tb := rig.status(t); *tb.Keys != int64(len(want)) {
+		t.Fatalf("the daemon serves %d keys, the oracle has %d", *tb.Keys, len(want))
+	}
+}
