@@ -178,7 +178,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
 	rc.Check = func(plan replay.Plan) error { return checkContinues(o.Table, cp, plan, o.Now()) }
 
-	u := &updater{db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
+	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
 	switch f := opts.Fold.(type) {
 	case *fold.Latest:
 		f.SortExternally(split.hold)
@@ -302,6 +302,7 @@ func readCounts(db *store.DB, table string) (map[string]int64, error) {
 // one transaction on the published generation, and into a new generation
 // (begun from the published one) once they cannot.
 type updater struct {
+	ctx    context.Context // the update's: it ends a copy begun from the sink
 	db     *store.DB
 	table  string
 	base   uint64 // the published generation the update started from
@@ -333,7 +334,7 @@ func (u *updater) sink(batch []fold.Record) error {
 			if !u.latest.Full() {
 				continue
 			}
-			if err := u.begin(context.Background()); err != nil {
+			if err := u.begin(u.ctx); err != nil {
 				return err
 			}
 			if err := u.gen.SpillRun(u.latest.Sorted()); err != nil {
@@ -355,7 +356,7 @@ func (u *updater) sink(batch []fold.Record) error {
 	}
 	// Too many records to hold: fold them into a new generation that
 	// starts as a copy of the published one's identity index.
-	if err := u.begin(context.Background()); err != nil {
+	if err := u.begin(u.ctx); err != nil {
 		return err
 	}
 	return u.flushBuf()
