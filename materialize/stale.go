@@ -115,3 +115,19 @@ func compacted(policy string) bool {
 	}
 	return false
 }
+
+// compactedRetention returns the delete.retention.ms of a compacted topic as
+// the plan's topic configuration says it, 0 when the topic is not
+// compacted or the configuration is unknown (checkContinues refuses those).
+func compactedRetention(plan replay.Plan) time.Duration {
+	tc := plan.TopicConfig
+	if tc == nil || tc.Err != nil || !compacted(tc.Values[configCleanupPolicy]) {
+		return 0
+	}
+	ms, err := strconv.ParseInt(tc.Values[configDeleteRetention], 10, 64)
+	if err != nil || ms < 0 {
+		return 0
+	}
+	// 0 ms is as old as can be: any age is past it.
+	return max(time.Duration(ms)*time.Millisecond, time.Nanosecond)
+}

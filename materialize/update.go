@@ -176,7 +176,11 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		rc.Start.Offsets[p.Partition] = p.End
 	}
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
-	rc.Check = func(plan replay.Plan) error { return checkContinues(o.Table, cp, plan, o.Now()) }
+	var retention time.Duration // the compacted topic's delete.retention.ms; 0 when not compacted
+	rc.Check = func(plan replay.Plan) error {
+		retention = compactedRetention(plan)
+		return checkContinues(o.Table, cp, plan, o.Now())
+	}
 
 	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
 	switch f := opts.Fold.(type) {
@@ -199,6 +203,14 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	res, err := replay.Run(ctx, rc, u.sink)
 	if err != nil {
 		return Report{Replay: res}, err
+	}
+	// The check before the read saw the checkpoint young enough; a read
+	// that outlasted the rest of delete.retention.ms may have missed a
+	// tombstone removed meanwhile.
+	if age := o.Now().Sub(cp.CapturedAt); retention > 0 && age > retention {
+		return Report{Replay: res}, &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1,
+			Reason: fmt.Sprintf("the topic is compacted and the update's read ended %s after the checkpoint was captured, past %s=%d: tombstones written since may be gone",
+				age.Round(time.Millisecond), configDeleteRetention, retention.Milliseconds())}
 	}
 	if err := ctx.Err(); err != nil {
 		return Report{Replay: res}, fmt.Errorf("update of table %q interrupted before publish: %w", o.Table, err)
@@ -528,6 +540,9 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 func (u *updater) applyError(err error) error {
 	if errors.Is(err, ErrCheckpointMoved) {
 		return err
+	}
+	if errors.Is(err, store.ErrGenerationChanged) {
+		return fmt.Errorf("%w: %w", ErrCheckpointMoved, err)
 	}
 	var de *fold.DataError
 	var ce *fold.ConflictError

@@ -28,7 +28,9 @@ how long it took, records read and skipped (by reason: null_key, empty_key,
 key_too_large, undecodable, unknown_group), the partitions it covers (those
 captured when its rebuild started), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
-position reached.
+position reached; after kmaterialize update, where the table's data starts
+and ends, how many updates followed the last full rebuild and when the
+checkpoint's end marks were captured (unknown for an imported table).
 
 Examples:
   $ kmaterialize tables --db balances.db
