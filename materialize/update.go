@@ -90,6 +90,8 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	// The overrides are this run's: the table keeps its stored definition.
+	stored := spec
 	if o.End != "" {
 		spec.End = o.End
 	}
@@ -106,9 +108,9 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	log := o.Log.With().Str("table", o.Table).Logger()
 	var stale error
 	if !ok {
-		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Reason: "the table has no checkpoint"}
+		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1, Reason: "the table has no checkpoint"}
 	} else if cp.Topic != spec.Topic {
-		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1,
+		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1,
 			Reason: fmt.Sprintf("its checkpoint is of topic %q", cp.Topic)}
 	}
 	var rep Report
@@ -128,6 +130,7 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 		return Report{}, err
 	}
 	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
+	opts.Spec = &stored
 	rep, err = Rebuild(ctx, opts)
 	rep.Mode = ModeRebuilt
 	return rep, err
@@ -216,10 +219,9 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		return Report{Replay: res}, fmt.Errorf("update of table %q interrupted before publish: %w", o.Table, err)
 	}
 	next := nextCheckpoint(cp, res.Plan)
-	specJSON, err := encodeSpec(opts)
-	if err != nil {
-		return Report{Replay: res}, err
-	}
+	// The table keeps its stored definition (meta.Spec): the run's
+	// overrides (--end, --stall-timeout, --memory) are not stored.
+	var specJSON []byte
 	// The checkpoint must still be the one the update started from: a
 	// follower (or anything else) that applied records meanwhile would
 	// otherwise have them applied twice.
