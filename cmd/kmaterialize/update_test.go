@@ -420,6 +420,19 @@ func TestUpdateCompactedTombstones(t *testing.T) {
 	bin(t, 0, updateArgs(db, "t2")...)
 	checkTable(t, map[string]string{"k2": "b"}, scanTable(t, db, "t2"))
 
+	// An imported table's checkpoint has no age: on a compacted topic its
+	// update is refused until a rebuild.
+	doc := filepath.Join(t.TempDir(), "t2.json")
+	bin(t, 0, "export", "--db", db, "--table", "t2", "--out", doc)
+	imported := dbPath(t)
+	bin(t, 0, "import", "--db", imported, "--in", doc)
+	r = bin(t, 4, updateArgs(imported, "t2")...)
+	if !strings.Contains(r.stderr, "age is unknown") {
+		t.Fatalf("refusal of an imported checkpoint:\n%s", r.stderr)
+	}
+	bin(t, 0, updateArgs(imported, "t2", "--rebuild-if-needed")...)
+	checkTable(t, map[string]string{"k2": "b"}, scanTable(t, imported, "t2"))
+
 	// DescribeConfigs denied: the age cannot be judged, so it is refused.
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic2,
 		Err: kerr.TopicAuthorizationFailed, Count: -1})
