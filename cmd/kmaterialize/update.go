@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
 )
 
 func updateCommand() *cli.Command {
@@ -130,6 +133,11 @@ func (o *updateOptions) run(c *cli.Context) error {
 		return err
 	}
 	table := o.opts.Table
+	// An update of a file that is not there must not create it.
+	if _, err := os.Stat(o.dbPath); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("update of table %q: no database at %s: %w", table, o.dbPath,
+			&store.TableNotFoundError{Path: o.dbPath, Name: table})
+	}
 	db, err := openWrite(c, o.dbPath, fmt.Sprintf("kmaterialize update --db %s --table %s", o.dbPath, table))
 	if err != nil {
 		return err
