@@ -575,3 +575,25 @@ func checkServedKeys(t *testing.T, rig *daemonRig, want map[string]string) {
 		t.Fatalf("the daemon serves %d keys, the oracle has %d", *tb.Keys, len(want))
 	}
 }
+
+// TestUpdateUsage: bad flags are exit 2, a database or table that is not
+// there exit 6, and neither creates the file.
+func TestUpdateUsage(t *testing.T) {
+	db := dbPath(t)
+	r := bin(t, 6, updateArgs(db, "nope")...)
+	if !strings.Contains(r.stderr, "no database at") {
+		t.Fatalf("missing database:\n%s", r.stderr)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("update created the database file: %v", err)
+	}
+	bin(t, 2, updateArgs(db, "nope", "--end", "low")...)
+	bin(t, 2, updateArgs(db, "nope", "--memory", "1KiB")...)
+	topic := newTopic(t, 1)
+	produce(t, topic, []localkafka.Record{{Key: []byte("k"), Value: []byte("v")}})
+	bin(t, 0, rebuildArgs(topic, db, "--table", "t")...)
+	r = bin(t, 6, updateArgs(db, "nope")...)
+	if !strings.Contains(r.stderr, `table "nope" not found`) {
+		t.Fatalf("missing table:\n%s", r.stderr)
+	}
+}
