@@ -546,6 +546,18 @@ func TestRoutedUpdate(t *testing.T) {
 		t.Fatalf("updates since rebuild through the daemon: %d, want 1", n)
 	}
 
+	// The route's contract: unknown parameters and values are 400.
+	for _, q := range []string{"?bogus=1", "?rebuild_if_needed=maybe"} {
+		resp, err := rig.cl.Post("http://kmaterialize/v1/tables/"+rig.table+"/update"+q, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Fatalf("POST update%s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+
 	r = bin(t, 2, "update", "--db", rig.db, "--table", rig.table, "--memory", "1MiB")
 	if !strings.Contains(r.stderr, "--memory") {
 		t.Fatalf("refused flag not named:\n%s", r.stderr)
