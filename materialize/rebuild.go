@@ -95,6 +95,12 @@ type Options struct {
 	// an empty table, is never refused.
 	AllowEmpty bool
 	Log        zerolog.Logger
+	// Spec is the table's definition, stored with the table at publish so
+	// that update, import and the daemon need only its name (LoadSpec).
+	// Spec.Options sets it. Nil: a latest fold stores a definition made of
+	// the topic and end mark; another fold stores none, and an update of
+	// the table asks for a rebuild from a definition first.
+	Spec *Spec
 }
 
 // Report is what a published rebuild did.
@@ -102,6 +108,9 @@ type Report struct {
 	Meta       store.TableMeta
 	Checkpoint checkpoint.Checkpoint
 	Replay     replay.Result
+	// Mode is how an update changed the table (ModeInPlace, ModeMerged,
+	// ModeRebuilt); "" for a rebuild.
+	Mode string
 }
 
 // Rebuild replays opts.Replay.Topic into a new generation of opts.Table and
@@ -218,7 +227,10 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		SkippedByReason: stats.SkippedByReason,
 		Empty:           empty,
 	}
-	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End)}
+	if meta.Spec, err = encodeSpec(opts); err != nil {
+		return Report{Replay: res}, err
+	}
+	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt}
 	for _, p := range res.Plan.Partitions {
 		cp.Partitions = append(cp.Partitions, checkpoint.Partition{
 			Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.End, End: p.End,

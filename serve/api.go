@@ -63,6 +63,11 @@ func (s *Server) handler(tcp bool) http.Handler {
 		drop = s.adminOnly(drop)
 	}
 	mux.Handle("DELETE /v1/tables/{table}", drop)
+	update := http.Handler(http.HandlerFunc(s.update))
+	if tcp {
+		update = s.adminOnly(update)
+	}
+	mux.Handle("POST /v1/tables/{table}/update", update)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})
@@ -188,9 +193,14 @@ type tableJSON struct {
 	Skipped    *int64                 `json:"skipped"`
 	EndMark    string                 `json:"end_mark,omitempty"`
 	Partitions []checkpoint.Partition `json:"partitions"`
-	LastError  *lastErrorJSON         `json:"last_error"`
-	NextRun    *string                `json:"next_run"`
-	Run        *runJSON               `json:"run"`
+	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
+	// provenance: incremental updates since the last full rebuild, and
+	// when its end marks were captured (null: unknown, an imported table).
+	UpdatesSinceRebuild  int64          `json:"updates_since_rebuild"`
+	CheckpointCapturedAt *string        `json:"checkpoint_captured_at"`
+	LastError            *lastErrorJSON `json:"last_error"`
+	NextRun              *string        `json:"next_run"`
+	Run                  *runJSON       `json:"run"`
 	// SkippedRuns counts scheduled runs skipped because one was going.
 	SkippedRuns int64 `json:"skipped_runs"`
 
@@ -263,6 +273,11 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		}
 		if ok {
 			t.EndMark = cp.EndMark
+			t.UpdatesSinceRebuild = cp.Updates
+			if !cp.CapturedAt.IsZero() {
+				at := cp.CapturedAt.UTC().Format(time.RFC3339Nano)
+				t.CheckpointCapturedAt = &at
+			}
 			if cp.Partitions != nil {
 				t.Partitions = cp.Partitions
 			}

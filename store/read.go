@@ -34,6 +34,10 @@ type TableMeta struct {
 	// all 0). Tables built before it existed read as false.
 	Empty bool             `json:"empty,omitempty"`
 	Extra map[string]int64 `json:"extra,omitempty"`
+	// Spec is the table's full definition as package materialize stores
+	// it at every publish (materialize.Spec as JSON), opaque to this
+	// package. Absent in tables built before it existed.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 func encodeMeta(m TableMeta) ([]byte, error) {

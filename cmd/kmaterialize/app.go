@@ -45,6 +45,8 @@ Try: kmaterialize demo`,
 		},
 		Commands: []*cli.Command{
 			rebuildCommand(),
+			updateCommand(),
+			importCommand(),
 			getCommand(),
 			scanCommand(),
 			exportCommand(),

@@ -311,7 +311,7 @@ func tablesVia(c *cli.Context, d *daemon, format string) error {
 		if t.Generation == 0 {
 			continue
 		}
-		info := tableInfo{TableMeta: metaOf(t), EndMark: t.EndMark}
+		info := tableInfo{TableMeta: metaOf(t), EndMark: t.EndMark, UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: t.CheckpointCapturedAt}
 		ps := make([]int32, len(t.Partitions))
 		for i, p := range t.Partitions {
 			ps[i] = p.Partition

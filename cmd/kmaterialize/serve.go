@@ -131,6 +131,7 @@ func runServe(c *cli.Context) error {
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
 		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
+		Update: serveUpdate(cfg),
 	})
 	if err != nil {
 		return err
@@ -257,6 +258,21 @@ func serveTables(cfg *config.Config) []serve.Table {
 		})
 	}
 	return out
+}
+
+// serveUpdate is the daemon's update: kmaterialize update --db FILE
+// --table NAME with the config's brokers and properties (those of the
+// config loaded at start).
+func serveUpdate(cfg *config.Config) serve.UpdateFunc {
+	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
+	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
+		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
+			RebuildIfNeeded: rebuildIfNeeded, Log: log})
+		if err != nil {
+			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
+		}
+		return rep, config.Scrub(err, props)
+	}
 }
 
 // notifyReady sends READY=1 to systemd's notify socket, when there is one
