@@ -116,11 +116,11 @@ func (g *Generation) WriteMergedOver(ctx context.Context, base uint64, mem Sorte
 	if mem != nil {
 		sources = append(sources, mem)
 	}
-	m, err := newMerge(sources)
+	m, err := newMerge(sources, nil)
 	if err != nil {
 		return fmt.Errorf("merge generation %d of table %q over generation %d: %w", g.id, g.table, base, err)
 	}
-	return g.writeSorted(ctx, m)
+	return g.writeSorted(ctx, m, nil)
 }
 
 // CopyIndexes copies the fold indexes of generation base into the new
@@ -196,6 +196,5 @@ func (g *Generation) CopyIndexes(ctx context.Context, base uint64) error {
 			}
 		}
 	}
-	g.counted = false
 	return nil
 }

@@ -87,9 +87,8 @@ Examples:
 }
 
 type updateOptions struct {
-	dbPath   string
-	opts     materialize.UpdateOptions
-	interval time.Duration
+	dbPath string
+	opts   materialize.UpdateOptions
 }
 
 func newUpdateOptions(c *cli.Context) (*updateOptions, error) {
@@ -101,7 +100,7 @@ func newUpdateOptions(c *cli.Context) (*updateOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &updateOptions{dbPath: c.String("db"), interval: c.Duration("progress-interval")}
+	o := &updateOptions{dbPath: c.String("db")}
 	o.opts = materialize.UpdateOptions{Table: c.String("table"), Brokers: b, Props: props, RebuildIfNeeded: c.Bool("rebuild-if-needed")}
 	if c.IsSet("end") {
 		switch e := replay.EndMark(c.String("end")); e {
@@ -147,14 +146,18 @@ func (o *updateOptions) run(c *cli.Context) error {
 		log.Warn().Int("generations", n).Str("db", o.dbPath).Msg("removed unpublished generations left by an interrupted rebuild or update")
 	}
 	o.opts.DB, o.opts.Log = db, log
-	prog := newProgress(stderrOf(c), log, o.interval)
-	o.opts.Progress, o.opts.ProgressInterval = prog.update, prog.tick()
+	prog, err := newProgress(c, log)
+	if err != nil {
+		return err
+	}
+	defer prog.Finish()
+	o.opts.Progress, o.opts.ProgressInterval = prog.Update, prog.Tick()
 	if !testing.Testing() {
 		defer limitGoMemory(o.opts.Memory)()
 	}
 	log.Info().Str(keyTable, table).Str("db", o.dbPath).Msg("update started")
 	rep, err := materialize.Update(c.Context, o.opts)
-	prog.finish()
+	prog.Finish()
 	if err != nil {
 		return fmt.Errorf("update of table %q failed, nothing published: %w", table, config.Scrub(err, o.opts.Props))
 	}
