@@ -75,7 +75,15 @@ type Options struct {
 	// otherwise wipe a full table and succeed. A first rebuild, or one over
 	// an empty table, is never refused.
 	AllowEmpty bool
-	Log        zerolog.Logger
+	// CatchUp, if set, is called once the replay reached its end marks and
+	// before the fold finishes: a followed table's rebuild stops the
+	// follower there and returns the positions it applied. Each partition
+	// whose position is beyond the rebuild's end (or that the rebuild did
+	// not capture) is then read on into the same generation up to that
+	// position, and the checkpoint ends there, so that the new generation
+	// is never behind the one it replaces. See catchUp.
+	CatchUp func(ctx context.Context) (map[int32]int64, error)
+	Log     zerolog.Logger
 }
 
 // Report is what a published rebuild did.
@@ -131,6 +139,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	defer cancel()
 	w.start(rctx)
 	res, rerr := replay.Run(rctx, opts.Replay, w.send)
+	if rerr == nil && opts.CatchUp != nil {
+		res, rerr = catchUp(rctx, opts, res, w.send)
+	}
 	werr := w.close()
 	switch {
 	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):
