@@ -516,3 +516,16 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 		Msg("caught up with the follower before publishing")
 	return out, nil
 }
+
+// FollowRetriable reports whether Follow's error may pass without a
+// rebuild, so that following is worth retrying: Kafka unavailable, a
+// client error, a rebuild that published another generation meanwhile.
+// Records deleted below the checkpoint, a conflict or a bad record, a
+// deleted topic or a definition that no longer matches the table are not:
+// they need a rebuild (or an operator).
+func FollowRetriable(err error) bool {
+	if errors.Is(err, replay.ErrRecordsRemoved) || errors.Is(err, replay.ErrTopicNotFound) || errors.Is(err, replay.ErrBadStart) {
+		return false
+	}
+	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged)
+}

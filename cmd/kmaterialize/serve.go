@@ -195,22 +195,50 @@ func serveTables(cfg *config.Config) []serve.Table {
 	out := make([]serve.Table, 0, len(cfg.Tables))
 	for _, t := range cfg.Tables {
 		spec := t.Spec
-		out = append(out, serve.Table{
+		rebuild := func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error) {
+			opts, err := spec.Options(db, brokers, props, log)
+			if err != nil {
+				return materialize.Report{}, err
+			}
+			opts.CatchUp = catchUp
+			rep, err := materialize.Rebuild(ctx, opts)
+			if err != nil {
+				err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
+			}
+			return rep, config.Scrub(err, props)
+		}
+		st := serve.Table{
 			Name: spec.Name, Topic: spec.Topic, Fold: spec.Fold, Schedule: t.Schedule,
 			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
-				opts, err := spec.Options(db, brokers, props, log)
-				if err != nil {
-					return materialize.Report{}, err
-				}
-				rep, err := materialize.Rebuild(ctx, opts)
-				if err != nil {
-					err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
-				}
-				return rep, config.Scrub(err, props)
+				return rebuild(ctx, db, log, nil)
 			},
-		})
+		}
+		if t.Follow {
+			st.Follow = followTable(spec, t, brokers, props, rebuild)
+		}
+		out = append(out, st)
 	}
 	return out
+}
+
+// followTable is the daemon's follow mode for table t (follow: true):
+// materialize.Follow with the config's connection, and the table's
+// rebuild with its catch-up.
+func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string,
+	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.Follow {
+	return &serve.Follow{
+		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
+			err := materialize.Follow(ctx, materialize.FollowOptions{
+				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Log: log,
+				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
+			})
+			return config.Scrub(err, props)
+		},
+		Rebuild:         rebuild,
+		MaxLag:          t.MaxLag,
+		RebuildIfNeeded: t.RebuildIfNeeded,
+		Retriable:       materialize.FollowRetriable,
+	}
 }
 
 // notifyReady sends READY=1 to systemd's notify socket, when there is one
