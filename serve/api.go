@@ -167,24 +167,24 @@ func (s *Server) readError(w http.ResponseWriter, table string, err error) {
 // tableJSON is a table as the API shows it. Fields of the published
 // generation are null while it has none.
 type tableJSON struct {
-	Name       string            `json:"name"`
-	Topic      string            `json:"topic"`
-	Fold       string            `json:"fold"`
-	Params     map[string]string `json:"params,omitempty"`
-	State      string            `json:"state"`
-	Configured bool              `json:"configured"`
-	Schedule   *string           `json:"schedule"`
-	Generation *uint64           `json:"generation"`
-	Keys       *int64            `json:"keys"`
-	BuiltAt    *string           `json:"built_at"`
-	TookMS     *int64            `json:"took_ms"`
-	Records    *int64            `json:"records"`
-	Skipped    *int64            `json:"skipped"`
-	EndMark    string            `json:"end_mark,omitempty"`
-	Partitions []partitionJSON   `json:"partitions"`
-	LastError  *lastErrorJSON    `json:"last_error"`
-	NextRun    *string           `json:"next_run"`
-	Run        *runJSON          `json:"run"`
+	Name       string                 `json:"name"`
+	Topic      string                 `json:"topic"`
+	Fold       string                 `json:"fold"`
+	Params     map[string]string      `json:"params,omitempty"`
+	State      string                 `json:"state"`
+	Configured bool                   `json:"configured"`
+	Schedule   *string                `json:"schedule"`
+	Generation *uint64                `json:"generation"`
+	Keys       *int64                 `json:"keys"`
+	BuiltAt    *string                `json:"built_at"`
+	TookMS     *int64                 `json:"took_ms"`
+	Records    *int64                 `json:"records"`
+	Skipped    *int64                 `json:"skipped"`
+	EndMark    string                 `json:"end_mark,omitempty"`
+	Partitions []partitionAndLiveJSON `json:"partitions"`
+	LastError  *lastErrorJSON         `json:"last_error"`
+	NextRun    *string                `json:"next_run"`
+	Run        *runJSON               `json:"run"`
 	// SkippedRuns counts scheduled runs skipped because one was going.
 	SkippedRuns int64 `json:"skipped_runs"`
 
@@ -235,7 +235,7 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	}
 	s.mu.Unlock()
 
-	t := tableJSON{Name: table, Configured: configured, Partitions: []partitionJSON{}, SkippedRuns: skipped}
+	t := tableJSON{Name: table, Configured: configured, Partitions: []partitionAndLiveJSON{}, SkippedRuns: skipped}
 	if configured {
 		t.Topic, t.Fold = def.Topic, def.Fold
 		if def.Schedule != "" {
@@ -260,7 +260,7 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		if ok {
 			t.EndMark = cp.EndMark
 			for _, p := range cp.Partitions {
-				t.Partitions = append(t.Partitions, partitionJSON{Partition: p})
+				t.Partitions = append(t.Partitions, partitionAndLiveJSON{Partition: p})
 			}
 		}
 		return nil

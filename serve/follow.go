@@ -244,9 +244,9 @@ type followJSON struct {
 	LastApply      *string `json:"last_apply"`
 }
 
-// partitionJSON is a checkpoint partition, with the live marks of a
+// partitionAndLiveJSON is a checkpoint partition, with the live marks of a
 // followed table.
-type partitionJSON struct {
+type partitionAndLiveJSON struct {
 	checkpoint.Partition
 	LiveHigh *int64 `json:"live_high,omitempty"`
 	Lag      *int64 `json:"lag,omitempty"`
@@ -330,7 +330,7 @@ func (v followView) notReady() string {
 }
 
 // withLive adds the live marks to the checkpoint's partitions.
-func (v followView) withLive(parts []partitionJSON) []partitionJSON {
+func (v followView) withLive(parts []partitionAndLiveJSON) []partitionAndLiveJSON {
 	live := map[int32]materialize.PartitionStatus{}
 	for _, p := range v.snap.Partitions {
 		live[p.Partition] = p
