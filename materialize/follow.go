@@ -118,7 +118,10 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in := make(chan replay.FollowBatch, 64)
+	// A few batches in flight (each at most Replay.BatchRecords records):
+	// the reader keeps polling while a transaction commits, and memory
+	// stays bounded by batches, not by how far behind the table is.
+	in := make(chan replay.FollowBatch, 8)
 	done := make(chan struct{})
 	var rerr error
 	go func() {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/fold"
@@ -607,5 +608,59 @@ func TestRebuildCatchesUpWithFollower(t *testing.T) {
 				t.Fatalf("records %d, produced %d", rep.Meta.Records, len(all))
 			}
 		})
+	}
+}
+
+// TestFollowAddedPartitions: partitions added to the topic while a table
+// is followed are read from their retained low (records deleted there
+// before the follower saw them are not expected) and join the checkpoint
+// with that low as their low and start; the table equals the oracle over
+// every record at or above it.
+func TestFollowAddedPartitions(t *testing.T) {
+	rng := testRand(t)
+	r := newFollowRig(t, 2, materialize.Spec{Name: "grow"})
+	r.produce(randomRecords(rng, 2, 40, "a"))
+	r.rebuild()
+	r.follow()
+	r.awaitEnds(r.highs(2))
+
+	cl, err := broker.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	res, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 2, r.topic)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Records in the new partitions (and the old ones): the follower finds
+	// the new partitions at its next refresh and reads them from their low.
+	r.produce(randomRecords(rng, 4, 120, "b"))
+	r.awaitEnds(r.highs(4))
+	if got, want := r.rows(), r.latestOracle(); !cmp.Equal(got, want) {
+		t.Fatalf("(-oracle +table):\n%s", cmp.Diff(want, got))
+	}
+	var cp checkpoint.Checkpoint
+	if err := r.db.ReadTable("grow", func(s *store.Snapshot) error {
+		var err error
+		cp, _, err = checkpoint.Load(s.Tx, "grow")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Partitions) != 4 {
+		t.Fatalf("checkpoint %+v: want 4 partitions", cp.Partitions)
+	}
+	for _, p := range cp.Partitions[2:] {
+		low := broker.Cluster.PartitionInfo(r.topic, p.Partition).LogStartOffset
+		if p.Low != low || p.Start != low {
+			t.Fatalf("added partition %+v: want low and start %d (the broker's log start)", p, low)
+		}
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -52,6 +52,10 @@ The config file (YAML; an unknown field is an error naming its line):
       stall_timeout: 30s
       on_bad_record: fail                  # fail | skip
       allow_empty: false
+      follow: true                         # apply what the topic gains between rebuilds
+      follow_interval: 200ms               # the longest records wait before they are applied
+      max_lag: 10000                       # /readyz: at most this many records behind per partition
+      rebuild_if_needed: true              # rebuild in the background when following cannot go on
     - name: votes
       topic: studio-votes
       fold: count
