@@ -187,6 +187,9 @@ func topicHighs(f *fixture, tpc string) (map[int32]int64, error) {
 	return out, nil
 }
 
+// latencyRuns numbers BenchmarkFollowLatency's topics.
+var latencyRuns int
+
 // BenchmarkFollowLatency: produce-to-visible latency of a followed table
 // at 1000 records/s for 10s (KMATERIALIZE_BENCH_LATENCY_SECONDS). The
 // producer writes record n (value n) to a 1-partition topic every
@@ -194,11 +197,14 @@ func topicHighs(f *fixture, tpc string) (map[int32]int64, error) {
 // socket and notes when each value first shows. A record is visible when
 // a value >= its own shows. Reports p50, p99 and max.
 func BenchmarkFollowLatency(b *testing.B) {
+	// The benchmark function runs more than once (b.N 1, then the
+	// -benchtime): each run of each round gets its own topic.
 	f := getFixture(b)
 	secs := envInt("KMATERIALIZE_BENCH_LATENCY_SECONDS", 10)
 	const rate = 1000
 	for i := 0; i < b.N; i++ {
-		tpc := fmt.Sprintf("latency-%d-%d", os.Getpid(), i)
+		latencyRuns++
+		tpc := fmt.Sprintf("latency-%d-%d", os.Getpid(), latencyRuns)
 		cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr), kgo.DefaultProduceTopic(tpc), kgo.ProducerLinger(0),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		if err != nil {
