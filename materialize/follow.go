@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -193,13 +194,9 @@ type applier struct {
 // apply folds batches into the published generation in one transaction,
 // with the metadata's counters and the checkpoint's positions.
 func (a *applier) apply(batches []replay.FollowBatch) error {
-	var recs []fold.Record
-	if len(batches) == 1 {
-		recs = batches[0].Records
-	} else {
-		for _, b := range batches {
-			recs = append(recs, b.Records...)
-		}
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
 	}
 	last := batches[len(batches)-1]
 	lows := map[int32]int64{}
@@ -212,12 +209,19 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		return err
 	}
 	count, isCount := f.(*fold.Count)
+	if l, ok := f.(*fold.Latest); ok {
+		// One sorted write of the last value of each key at Finish, over
+		// every batch (at most followMaxRecords records).
+		l.RetainRecords(math.MaxInt)
+	}
 	st, err := a.opts.DB.Apply(a.table, a.gen, func(t fold.Table) error {
-		if len(recs) == 0 {
+		if n == 0 {
 			return nil
 		}
-		if err := f.Fold(t, recs); err != nil {
-			return err
+		for _, b := range batches {
+			if err := f.Fold(t, b.Records); err != nil {
+				return err
+			}
 		}
 		if isCount {
 			// Finish writes each group's count of this batch's new
@@ -241,9 +245,9 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	}
 	a.cp = cp
 	if a.opts.Status != nil {
-		a.opts.Status.applied(cp, int64(len(recs)))
+		a.opts.Status.applied(cp, int64(n))
 	}
-	a.log.Debug().Int("records", len(recs)).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
+	a.log.Debug().Int("records", n).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
 	return nil
 }
 

@@ -241,6 +241,10 @@ func (f *follower) refresh(ctx context.Context) {
 // loop polls until ctx ends or an error, handing batches to sink.
 func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 	var batch []fold.Record
+	// A batch is handed over (the sink may keep it), so each is a new
+	// slice: sized like the last one, so that a catch-up's large batches
+	// do not grow by copying and a trickle's small ones stay small.
+	size := 256
 	lows := map[int32]int64{}
 	dirty := false
 	var since time.Time // when the oldest undelivered change was read
@@ -249,6 +253,7 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 			return nil
 		}
 		b := FollowBatch{Records: batch, Positions: make(map[int32]int64, len(f.parts))}
+		size = min(max(len(batch), 256), f.c.BatchRecords)
 		for p, st := range f.parts {
 			b.Positions[p] = st.pos
 		}
@@ -301,6 +306,9 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 				return err
 			}
 			if rec != nil {
+				if batch == nil {
+					batch = make([]fold.Record, 0, size)
+				}
 				batch = append(batch, *rec)
 			}
 			if moved {
