@@ -8,6 +8,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -37,7 +39,12 @@ type catchUpFn = func(context.Context) (map[int32]int64, error)
 // followedTableHook is followedTable whose rebuild's catch-up is wrapped
 // by hook (when not nil).
 func followedTableHook(name, topic string, f Follow, hook func(catchUpFn) catchUpFn) Table {
-	spec := materialize.Spec{Name: name, Topic: topic, StallTimeout: 20 * time.Second}
+	return followedSpec(materialize.Spec{Name: name, Topic: topic, StallTimeout: 20 * time.Second}, f, hook)
+}
+
+// followedSpec is the followed table spec defines.
+func followedSpec(spec materialize.Spec, f Follow, hook func(catchUpFn) catchUpFn) Table {
+	name := spec.TableName()
 	rebuild := func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error) {
 		opts, err := spec.Options(db, broker.Addr, nil, log)
 		if err != nil {
@@ -56,7 +63,7 @@ func followedTableHook(name, topic string, f Follow, hook func(catchUpFn) catchU
 	}
 	f.Rebuild = rebuild
 	f.Retriable = materialize.FollowRetriable
-	return Table{Name: name, Topic: topic, Fold: "latest", Follow: &f,
+	return Table{Name: name, Topic: spec.Topic, Fold: spec.Fold, Follow: &f,
 		Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
 			return rebuild(ctx, db, log, nil)
 		}}
@@ -361,5 +368,48 @@ func TestFollowTruncatedCheckpoint(t *testing.T) {
 				t.Fatalf("partition %+v: want low and start %d", tj.Partitions[0], low)
 			}
 		})
+	}
+}
+
+// TestFollowConflictFails: a followed count table meets an event id again
+// with another booth: following stops, the table stays served with the
+// counts before that record (the oracle over the records before it), its
+// state is failed with the conflict (exit code 3 through the CLI's
+// mapping) in last_error, and /readyz is 503.
+func TestFollowConflictFails(t *testing.T) {
+	topic := newTopic(t)
+	vote := func(id, booth string) localkafka.Record {
+		return localkafka.Record{Key: []byte(id), Value: []byte(fmt.Sprintf(`{"event_id":%q,"booth":%q}`, id, booth))}
+	}
+	produce(t, topic, []localkafka.Record{vote("e1", "a"), vote("e2", "a"), vote("e3", "b")})
+	cfg := baseConfig(t, followedSpec(materialize.Spec{Name: "votes", Topic: topic, Fold: materialize.FoldCount,
+		IdentityField: "event_id", GroupField: "booth", StallTimeout: 20 * time.Second}, Follow{}, nil))
+	cfg.ExitCode = func(err error) int {
+		if errors.Is(err, fold.ErrInvalidData) {
+			return 3
+		}
+		return testExitCode(err)
+	}
+	d := start(t, cfg)
+	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "votes").State == StateFollowing })
+	// A retry (same content) counts once; a new event counts.
+	produce(t, topic, []localkafka.Record{vote("e1", "a"), vote("e4", "b")})
+	waitFor(t, "the increment applied", 60*time.Second, func() bool { return caughtUp(d.c.table(t, "votes"), highs(topic, 1)) })
+	want := oracle{"a": "2", "b": "2"}
+	if rows, _, _ := d.c.scan(t, "votes", 100); fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Fatalf("rows %v, oracle %v", rows, want)
+	}
+	produce(t, topic, []localkafka.Record{vote("e5", "a"), vote("e2", "b")})
+	waitFor(t, "state failed", 60*time.Second, func() bool { return d.c.table(t, "votes").State == StateFailed })
+	tj := d.c.table(t, "votes")
+	if tj.LastError == nil || tj.LastError.ExitCode != 3 || !strings.Contains(tj.LastError.Error, `"e2"`) || tj.Follow.Running {
+		t.Fatalf("last_error %+v, follow %+v: want the conflict on e2, exit code 3", tj.LastError, tj.Follow)
+	}
+	// The batch with the conflict was not applied (e5 with it).
+	if rows, _, _ := d.c.scan(t, "votes", 100); fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Fatalf("after the conflict: rows %v, want the last good state %v", rows, want)
+	}
+	if r := d.c.get(t, "/readyz"); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "following stopped") {
+		t.Fatalf("/readyz: %d %s", r.status, r.body)
 	}
 }
