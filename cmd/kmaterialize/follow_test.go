@@ -54,9 +54,10 @@ func countOracleBelow(votes []voteRec, ends map[int32]int64) map[string]string {
 	return out
 }
 
-// TestFollowKill9Loop: a daemon following a count table is killed with
-// SIGKILL at random points (12 times: 9 at a random time after it follows,
-// 3 at a random time after it starts) while a producer keeps writing votes,
+// TestFollowKill9Loop: a daemon following a count table is stopped 14 times
+// at random points, 12 times with SIGKILL and twice with SIGTERM (a clean
+// restart), most of them at a random time after it applies, every fourth at
+// a random time after it starts, while a producer keeps writing votes,
 // retries of earlier votes among them (same event id and booth, another
 // partition and sent_at). After each kill the table in the file equals the
 // count oracle over the records below its checkpoint, which never goes
@@ -152,10 +153,12 @@ tables:
 	}
 
 	cl := unixClient(sock)
-	const kills = 12
+	// 14 stops: 12 SIGKILLs and, at 6 and 13, a clean SIGTERM.
+	const stops = 14
+	clean := func(i int) bool { return i == 6 || i == 13 }
 	var last map[int32]int64
 	moved := 0
-	for i := 0; i < kills; i++ {
+	for i := 0; i < stops; i++ {
 		p := startProc(t, "--log-format", "json", "serve", "--config", cfgPath)
 		// Most kills land while the table follows (the first start builds
 		// it first); every fourth lands at a random point of the start.
@@ -163,11 +166,15 @@ tables:
 			awaitApplying(t, cl, p)
 		}
 		time.Sleep(time.Duration(rng.Intn(800)) * time.Millisecond)
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		sig, wantCode := syscall.SIGKILL, -1
+		if clean(i) {
+			sig, wantCode = syscall.SIGTERM, 0
+		}
+		if err := p.cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
-		if code := p.wait(t, 30*time.Second); code != -1 {
-			t.Fatalf("kill %d: exit code %d, want -1 (killed)", i, code)
+		if code := p.wait(t, 30*time.Second); code != wantCode {
+			t.Fatalf("stop %d (%s): exit code %d, want %d", i, sig, code, wantCode)
 		}
 		// What the killed daemon left: rows equal the oracle below its
 		// checkpoint.
@@ -179,21 +186,21 @@ tables:
 		want := countOracleBelow(snapshot(), ends)
 		got := scanTable(t, db, "votes")
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("kill %d: table at checkpoint %v differs from the count oracle below it (-oracle +table):\n%s", i, ends, diff)
+			t.Fatalf("stop %d: table at checkpoint %v differs from the count oracle below it (-oracle +table):\n%s", i, ends, diff)
 		}
 		for part, e := range last {
 			if ends[part] < e {
-				t.Fatalf("kill %d: partition %d's checkpoint went back from %d to %d", i, part, e, ends[part])
+				t.Fatalf("stop %d: partition %d's checkpoint went back from %d to %d", i, part, e, ends[part])
 			}
 		}
 		if last != nil && !cmp.Equal(ends, last) {
 			moved++
 		}
-		t.Logf("kill %d: checkpoint %v, %d booths", i, ends, len(got))
+		t.Logf("stop %d: checkpoint %v, %d booths", i, ends, len(got))
 		last = ends
 	}
-	if moved < kills/2 {
-		t.Fatalf("the checkpoint moved between only %d of %d kills: the kills did not land while following", moved, kills-1)
+	if moved < stops/2 {
+		t.Fatalf("the checkpoint moved between only %d of %d stops: the kills did not land while following", moved, stops-1)
 	}
 
 	close(stopProducing)
@@ -238,7 +245,7 @@ tables:
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
-	t.Logf("%d votes, %d booths, checkpoint moved between %d of %d kills", len(all), len(want), moved, kills-1)
+	t.Logf("%d votes, %d booths, checkpoint moved between %d of %d stops", len(all), len(want), moved, stops-1)
 }
 
 // awaitApplying waits until GET /v1/tables/votes says following, with at
