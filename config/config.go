@@ -74,6 +74,21 @@ type Table struct {
 	// contents are in Spec.Catalog.
 	Catalog string
 	Line    int // where the table starts in the file
+
+	// Follow keeps the table current in the daemon between rebuilds
+	// (follow: true): it applies what the topic gains in small
+	// transactions, at most FollowInterval apart.
+	Follow bool
+	// FollowInterval is follow_interval: how long records read wait, at
+	// most, before they are applied. 0 means the default (200ms).
+	FollowInterval time.Duration
+	// MaxLag is max_lag: the most records a followed table may be behind,
+	// on any partition, for /readyz. 0 means the default (10000).
+	MaxLag int64
+	// RebuildIfNeeded (rebuild_if_needed) rebuilds a followed table in the
+	// background when following cannot go on (records deleted below its
+	// checkpoint, a conflict), serving the old table meanwhile.
+	RebuildIfNeeded bool
 }
 
 // file is the YAML document. Every field of the format is here: the
@@ -120,6 +135,10 @@ type fileTable struct {
 	AllowEmpty         bool     `yaml:"allow_empty"`
 	ValueFormat        string   `yaml:"value_format"`
 	KeyFormat          string   `yaml:"key_format"`
+	Follow             bool     `yaml:"follow"`
+	FollowInterval     string   `yaml:"follow_interval"`
+	MaxLag             *int64   `yaml:"max_lag"`
+	RebuildIfNeeded    bool     `yaml:"rebuild_if_needed"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} in
@@ -481,6 +500,9 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)
 	}
+	if err := p.followFields(&t, ft, bad); err != nil {
+		return t, err
+	}
 	if ft.Catalog != "" {
 		if s.Fold != materialize.FoldCount {
 			return t, bad("catalog", "applies to fold count only")
@@ -580,4 +602,38 @@ func (c *Config) String() string {
 	return fmt.Sprintf("config %s: db %s, socket %s (%04o), listen %q, brokers %q, properties %s, admin token %q, tables %s",
 		c.Path, c.DB, c.Socket, c.SocketMode, c.Listen, c.Kafka.Brokers, c.Kafka.Properties, c.AdminToken.String(),
 		strings.Join(c.Names(), ","))
+}
+
+// followFields reads follow, follow_interval, max_lag and
+// rebuild_if_needed; the last three need follow: true.
+func (p *parser) followFields(t *Table, ft fileTable, bad func(key, format string, args ...any) error) error {
+	t.Follow, t.RebuildIfNeeded = ft.Follow, ft.RebuildIfNeeded
+	if !ft.Follow {
+		switch {
+		case ft.FollowInterval != "":
+			return bad("follow_interval", "applies to follow: true only")
+		case ft.MaxLag != nil:
+			return bad("max_lag", "applies to follow: true only")
+		case ft.RebuildIfNeeded:
+			return bad("rebuild_if_needed", "applies to follow: true only")
+		}
+		return nil
+	}
+	if ft.FollowInterval != "" {
+		d, err := time.ParseDuration(ft.FollowInterval)
+		if err != nil {
+			return bad("follow_interval", "%q: not a duration (e.g. 200ms, 1s)", ft.FollowInterval)
+		}
+		if d <= 0 {
+			return bad("follow_interval", "%s: must be positive", d)
+		}
+		t.FollowInterval = d
+	}
+	if ft.MaxLag != nil {
+		if *ft.MaxLag <= 0 {
+			return bad("max_lag", "%d: must be a positive number of records", *ft.MaxLag)
+		}
+		t.MaxLag = *ft.MaxLag
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 // Package materialize owns one rebuild as a use case: replay a topic, fold
 // its records into a fresh generation of a table, and publish the generation
-// together with its checkpoint, or publish nothing.
+// together with its checkpoint, or publish nothing. Follow (follow.go)
+// keeps a published table current: it applies what a follower reads in
+// small transactions, each holding rows and checkpoint together.
 //
 // The CLI and the daemon both call Rebuild; neither re-implements it.
 //

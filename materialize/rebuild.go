@@ -94,13 +94,21 @@ type Options struct {
 	// otherwise wipe a full table and succeed. A first rebuild, or one over
 	// an empty table, is never refused.
 	AllowEmpty bool
-	Log        zerolog.Logger
 	// Spec is the table's definition, stored with the table at publish so
 	// that update, import and the daemon need only its name (LoadSpec).
 	// Spec.Options sets it. Nil: a latest fold stores a definition made of
 	// the topic and end mark; another fold stores none, and an update of
 	// the table asks for a rebuild from a definition first.
 	Spec *Spec
+	// CatchUp, if set, is called once the replay reached its end marks and
+	// before the fold finishes: a followed table's rebuild stops the
+	// follower there and returns the positions it applied. Each partition
+	// whose position is beyond the rebuild's end (or that the rebuild did
+	// not capture) is then read on into the same generation up to that
+	// position, and the checkpoint ends there, so that the new generation
+	// is never behind the one it replaces. See catchUp.
+	CatchUp func(ctx context.Context) (map[int32]int64, error)
+	Log     zerolog.Logger
 }
 
 // Report is what a published rebuild did.
@@ -185,6 +193,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 	res, rerr := replay.Run(rctx, opts.Replay, sink)
+	if rerr == nil && opts.CatchUp != nil {
+		res, rerr = catchUp(rctx, opts, res, sink)
+	}
 	werr := w.close()
 	switch {
 	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):

@@ -47,6 +47,12 @@ type Config struct {
 	Props map[string]string
 	End   EndMark // default EndHigh
 	Start Start
+	// Until, when set, ends each partition it names at the offset given
+	// instead of its end mark (a position another reader reached: it must
+	// not be above the high watermark captured at start, else ErrBadStart),
+	// and leaves the partitions it does not name unread. A rebuild of a
+	// followed table uses it to catch up with the follower's positions.
+	Until map[int32]int64
 	// StallTimeout bounds how long no partition may make progress, and how
 	// long metadata and ListOffsets may take. Default 30s.
 	StallTimeout time.Duration

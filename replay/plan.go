@@ -286,6 +286,11 @@ func resolveStarts(ctx context.Context, cl *clients, c Config, plan *Plan) error
 			}
 		}
 	}
+	if c.Until != nil {
+		if err := applyUntil(c, plan); err != nil {
+			return err
+		}
+	}
 	// With --end stable a start between LSO and high reads nothing.
 	for i := range plan.Partitions {
 		pb := &plan.Partitions[i]
@@ -338,4 +343,23 @@ func brokersOf(c Config) string {
 		return c.Brokers
 	}
 	return c.Props["bootstrap.servers"]
+}
+
+// applyUntil ends each partition at c.Until's offset; a partition it does
+// not name reads nothing.
+func applyUntil(c Config, plan *Plan) error {
+	for i := range plan.Partitions {
+		pb := &plan.Partitions[i]
+		until, ok := c.Until[pb.Partition]
+		switch {
+		case !ok:
+			pb.End = pb.Start
+		case until > pb.High:
+			return &Error{Op: "start", Topic: c.Topic, Partition: pb.Partition, Offset: until, Kind: ErrBadStart,
+				Detail: fmt.Sprintf("end offset %d is above the high mark %d of partition %d", until, pb.High, pb.Partition)}
+		default:
+			pb.End = max(until, pb.Start)
+		}
+	}
+	return nil
 }

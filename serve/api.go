@@ -192,7 +192,7 @@ type tableJSON struct {
 	Records    *int64                 `json:"records"`
 	Skipped    *int64                 `json:"skipped"`
 	EndMark    string                 `json:"end_mark,omitempty"`
-	Partitions []checkpoint.Partition `json:"partitions"`
+	Partitions []partitionAndLiveJSON `json:"partitions"`
 	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
 	// provenance: incremental updates since the last full rebuild, and
 	// when its end marks were captured (null: unknown, an imported table).
@@ -211,6 +211,8 @@ type tableJSON struct {
 	SkippedByReason map[string]int64 `json:"skipped_by_reason,omitempty"`
 	Empty           bool             `json:"empty,omitempty"`
 	Extra           map[string]int64 `json:"extra,omitempty"`
+	// Follow is a followed table's follower (follow.go); absent otherwise.
+	Follow *followJSON `json:"follow,omitempty"`
 }
 
 type lastErrorJSON struct {
@@ -249,7 +251,7 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	}
 	s.mu.Unlock()
 
-	t := tableJSON{Name: table, Configured: configured, Partitions: []checkpoint.Partition{}, SkippedRuns: skipped}
+	t := tableJSON{Name: table, Configured: configured, Partitions: []partitionAndLiveJSON{}, SkippedRuns: skipped}
 	if configured {
 		t.Topic, t.Fold = def.Topic, def.Fold
 		if def.Schedule != "" {
@@ -278,8 +280,8 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 				at := cp.CapturedAt.UTC().Format(time.RFC3339Nano)
 				t.CheckpointCapturedAt = &at
 			}
-			if cp.Partitions != nil {
-				t.Partitions = cp.Partitions
+			for _, p := range cp.Partitions {
+				t.Partitions = append(t.Partitions, partitionAndLiveJSON{Partition: p})
 			}
 		}
 		return nil
@@ -290,6 +292,8 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	if !published && !configured {
 		return t, false, nil
 	}
+	fv, followed := s.followInfo(table)
+	followFailed := followed && !fv.running && fv.err != nil
 	switch {
 	case active != nil && published:
 		t.State = StateRebuilding
@@ -297,6 +301,10 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		t.State = StateBuilding
 	case last != nil && last.Err != nil:
 		t.State = StateFailed
+	case published && followFailed:
+		t.State = StateFailed
+	case published && followed && fv.running:
+		t.State = StateFollowing
 	case published:
 		t.State = StateReady
 	default:
@@ -304,6 +312,14 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	}
 	if last != nil && last.Err != nil {
 		t.LastError = &lastErrorJSON{Error: last.Err.Error(), ExitCode: last.ExitCode, Run: last.ID, At: last.Ended.UTC().Format(time.RFC3339)}
+	}
+	if followed {
+		t.Follow = fv.json()
+		t.Partitions = fv.withLive(t.Partitions)
+		if followFailed && (last == nil || last.Err == nil || last.Ended.Before(fv.errAt)) {
+			// The reason following stopped is the table's last error.
+			t.LastError = &lastErrorJSON{Error: "following stopped: " + fv.err.Error(), ExitCode: s.cfg.ExitCode(fv.err), At: fv.errAt.UTC().Format(time.RFC3339)}
+		}
 	}
 	if active != nil {
 		t.Run = &runJSON{ID: active.id, Trigger: active.trigger, Started: active.started.UTC().Format(time.RFC3339)}
@@ -748,6 +764,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rt := readyTable{Name: n, State: t.State}
+		if fv, followed := s.followInfo(n); followed && t.Generation != nil {
+			if why := fv.notReady(); why != "" {
+				rt.Reason = why
+				notReady = append(notReady, rt)
+			}
+		}
 		if t.Generation == nil {
 			switch {
 			case t.State == StateBuilding:
@@ -763,7 +785,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(notReady) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, apiError{
-			Error: fmt.Sprintf("%d of %d configured tables have no published generation yet", len(notReady), len(names)),
+			Error: fmt.Sprintf("%d of %d configured tables are not ready (no published generation yet, or following and behind)", len(notReady), len(names)),
 			Code:  codeNotReady, Tables: notReady,
 		})
 		return

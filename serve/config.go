@@ -26,6 +26,9 @@ type Table struct {
 	// (materialize.Rebuild with the table's options). ctx ends on shutdown;
 	// a Build that returns after it ended must not have published.
 	Build func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error)
+	// Follow, if set, keeps the published table current between rebuilds
+	// (follow.go); its Rebuild then replaces Build.
+	Follow *Follow
 }
 
 // Config configures a Server. Zero values are the documented defaults.
@@ -198,6 +201,14 @@ func validateTables(tables []Table) ([]tableDef, error) {
 		seen[t.Name] = true
 		if t.Build == nil {
 			return nil, &ConfigError{Field: field, Value: t.Name, Reason: "no Build function"}
+		}
+		if f := t.Follow; f != nil {
+			if f.Run == nil || f.Rebuild == nil {
+				return nil, &ConfigError{Field: field + ".follow", Value: t.Name, Reason: "no Run or Rebuild function"}
+			}
+			if f.MaxLag < 0 {
+				return nil, &ConfigError{Field: field + ".max_lag", Value: strconv.FormatInt(f.MaxLag, 10), Reason: "must not be negative"}
+			}
 		}
 		d := tableDef{Table: t}
 		if t.Schedule != "" {

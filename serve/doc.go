@@ -17,7 +17,7 @@
 // # Routes
 //
 //	GET  /v1/tables                      {"tables": [TABLE, ...]}
-//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed)
+//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed|following)
 //	GET  /v1/tables/{table}/keys/{key}   the value's bytes (application/octet-stream)
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
@@ -51,6 +51,18 @@
 // run that does is skipped, logged and counted. A failed run keeps the
 // previous generation served; the table's state says failed and its
 // last_error carries the exit code the CLI would have given.
+//
+// # Follow mode
+//
+// A table with Table.Follow is followed once published: a goroutine owned
+// by Run applies what its topic gains (materialize.Follow), each
+// transaction holding rows and checkpoint, so its state is following and
+// each partition shows live_high and lag; /readyz also needs its lag
+// within Follow.MaxLag. A rebuild of a followed table catches up with the
+// follower before it publishes (follow.go). When following cannot go on (a
+// conflict, records deleted below the checkpoint) the table stays served as
+// last applied, in state failed with the reason, and is rebuilt in the
+// background with Follow.RebuildIfNeeded.
 //
 // # Trust
 //

@@ -62,7 +62,8 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"route", "code"}),
 	}
 	m.reg.MustRegister(m.generation, m.keys, m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		followCollector{s})
 	return m
 }
 

@@ -99,7 +99,8 @@ func (s *Server) startRun(name, trigger string) (*run, error) {
 func (s *Server) execute(r *run, def tableDef) {
 	log := s.cfg.Log.With().Str(keyTable, r.table).Uint64("run", r.id).Str("trigger", r.trigger).Logger()
 	log.Info().Msg("rebuild started")
-	rep, err := s.build(def, log)
+	paused := false
+	rep, err := s.build(def, log, &paused)
 	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation = rep.Meta.Generation
@@ -115,17 +116,25 @@ func (s *Server) execute(r *run, def tableDef) {
 	st.last = &res
 	r.result = res
 	s.mu.Unlock()
+	// A followed table follows its new generation, or, when the rebuild
+	// failed after stopping the follower for its catch-up, the old one.
+	if def.Follow != nil && (err == nil || paused) {
+		s.startFollow(r.table)
+	}
 	close(r.done)
 }
 
 // build calls def.Build, turning a panic into an error: one bad table must
 // not end the daemon that serves the others.
-func (s *Server) build(def tableDef, log zerolog.Logger) (rep materialize.Report, err error) {
+func (s *Server) build(def tableDef, log zerolog.Logger, paused *bool) (rep materialize.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("rebuild of table %q panicked: %v\n%s", def.Name, p, debug.Stack())
 		}
 	}()
+	if def.Follow != nil {
+		return def.Follow.Rebuild(s.runCtx, s.db, log, s.catchUpFunc(def.Name, paused))
+	}
 	return def.Build(s.runCtx, s.db, log)
 }
 

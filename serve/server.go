@@ -54,6 +54,7 @@ type Server struct {
 	started  bool
 	sched    gocron.Scheduler
 	jobs     map[string]gocron.Job
+	follows  map[string]*followState // followed tables' followers (follow.go)
 
 	runCtx  context.Context
 	runWG   sync.WaitGroup
@@ -175,6 +176,9 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	}
 	s.mu.Unlock()
 	s.buildUnpublished(names)
+	for _, n := range names {
+		s.startFollow(n)
+	}
 	s.schedule(sched, defs)
 	sched.Start()
 	s.reloadMu.Unlock()
@@ -306,6 +310,16 @@ func (s *Server) SetTables(tables []Table) error {
 	s.cfg.Log.Info().Strs("added", added).Int("tables", len(defs)).Msg("tables reloaded")
 	if running {
 		s.buildUnpublished(added)
+		// Followers restart with their table's definition as it is now;
+		// those of tables no longer followed stop (the table stays
+		// served).
+		for name := range old {
+			s.stopFollow(name)
+		}
+		for _, d := range defs {
+			s.stopFollow(d.Name)
+			s.startFollow(d.Name)
+		}
 	}
 	return nil
 }

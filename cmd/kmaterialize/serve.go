@@ -59,6 +59,10 @@ The config file (YAML; an unknown field is an error naming its line):
       allow_empty: false
       value_format: raw                    # raw | json | avro | protobuf | jsonschema
       key_format: raw                      # the same choices
+      follow: true                         # apply what the topic gains between rebuilds
+      follow_interval: 200ms               # the longest records wait before they are applied
+      max_lag: 10000                       # /readyz: at most this many records behind per partition
+      rebuild_if_needed: true              # rebuild in the background when following cannot go on
     - name: votes
       topic: studio-votes
       fold: count
@@ -241,21 +245,29 @@ func serveTables(cfg *config.Config) []serve.Table {
 	out := make([]serve.Table, 0, len(cfg.Tables))
 	for _, t := range cfg.Tables {
 		spec := t.Spec
-		out = append(out, serve.Table{
+		rebuild := func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error) {
+			opts, err := spec.Options(db, brokers, props, log)
+			if err != nil {
+				return materialize.Report{}, err
+			}
+			opts.CatchUp = catchUp
+			opts.Decode.Registry = registry
+			rep, err := materialize.Rebuild(ctx, opts)
+			if err != nil {
+				err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
+			}
+			return rep, red.Error(config.Scrub(err, props))
+		}
+		st := serve.Table{
 			Name: spec.Name, Topic: spec.Topic, Fold: spec.Fold, Schedule: t.Schedule,
 			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
-				opts, err := spec.Options(db, brokers, props, log)
-				if err != nil {
-					return materialize.Report{}, err
-				}
-				opts.Decode.Registry = registry
-				rep, err := materialize.Rebuild(ctx, opts)
-				if err != nil {
-					err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
-				}
-				return rep, red.Error(config.Scrub(err, props))
+				return rebuild(ctx, db, log, nil)
 			},
-		})
+		}
+		if t.Follow {
+			st.Follow = followTable(spec, t, brokers, props, rebuild)
+		}
+		out = append(out, st)
 	}
 	return out
 }
@@ -272,6 +284,26 @@ func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
 		}
 		return rep, config.Scrub(err, props)
+	}
+}
+
+// followTable is the daemon's follow mode for table t (follow: true):
+// materialize.Follow with the config's connection, and the table's
+// rebuild with its catch-up.
+func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string,
+	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.Follow {
+	return &serve.Follow{
+		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
+			err := materialize.Follow(ctx, materialize.FollowOptions{
+				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Log: log,
+				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
+			})
+			return config.Scrub(err, props)
+		},
+		Rebuild:         rebuild,
+		MaxLag:          t.MaxLag,
+		RebuildIfNeeded: t.RebuildIfNeeded,
+		Retriable:       materialize.FollowRetriable,
 	}
 }
 

@@ -1,0 +1,538 @@
+package materialize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// DefaultFollowInterval is how long a followed table's records wait, at
+// most, before they are applied while records keep coming.
+const DefaultFollowInterval = 200 * time.Millisecond
+
+// followMaxRecords bounds the records applied in one transaction: the
+// batches waiting when the last transaction committed are applied
+// together, up to this many.
+const followMaxRecords = 100_000
+
+// ErrNoCheckpoint is returned by Follow when the table has no checkpoint to
+// follow from (it was never published by a rebuild).
+var ErrNoCheckpoint = errors.New("table has no checkpoint")
+
+// FollowOptions describe one follower of a published table.
+type FollowOptions struct {
+	DB *store.DB
+	// Spec is the table's definition: its topic and fold. Spec.Name (or
+	// its topic) names the table.
+	Spec Spec
+	// Replay carries the connection (Brokers, Props), Log, StallTimeout,
+	// BatchRecords; its Topic, End and Start are ignored.
+	Replay replay.Config
+	// Interval: see replay.FollowConfig.Interval. Default
+	// DefaultFollowInterval.
+	Interval time.Duration
+	// Refresh is how often the live marks are asked for. Default 1s.
+	Refresh time.Duration
+	// Status, if set, is kept up to date: positions applied, live marks,
+	// apply counters.
+	Status *FollowStatus
+	Log    zerolog.Logger
+}
+
+// Follow keeps table opts.Spec's published generation current: it reads
+// the topic with read_committed from the table's checkpoint (replay.Follow)
+// and applies what it reads with store.DB.Apply, each transaction holding
+// the rows and the checkpoint's new positions together, so a restart (clean
+// or a kill) resumes where the last commit left off: no record lost, none
+// applied twice. Readers see, per partition, a prefix of the log.
+//
+// It returns nil when ctx ends, and otherwise the first error: a conflict or
+// a bad record the fold refuses (the batch is not applied), records deleted
+// below the checkpoint (replay.ErrRecordsRemoved), a rebuild that published
+// another generation meanwhile (store.ErrGenerationChanged: follow again
+// from the new checkpoint), a client error. The table keeps its last
+// applied state in every case.
+func Follow(ctx context.Context, opts FollowOptions) error {
+	table := opts.Spec.TableName()
+	if err := opts.Spec.Validate(); err != nil {
+		return err
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultFollowInterval
+	}
+	var meta store.TableMeta
+	var cp checkpoint.Checkpoint
+	err := opts.DB.ReadTable(table, func(snap *store.Snapshot) error {
+		meta = snap.Meta
+		var ok bool
+		var err error
+		cp, ok, err = checkpoint.Load(snap.Tx, table)
+		if err == nil && !ok {
+			err = fmt.Errorf("follow table %q: %w: rebuild it first", table, ErrNoCheckpoint)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if cp.Topic != opts.Spec.Topic {
+		return fmt.Errorf("follow table %q: its checkpoint is of topic %q, its definition says %q: %w",
+			table, cp.Topic, opts.Spec.Topic, &SpecError{Table: table, Field: FieldTopic, Value: opts.Spec.Topic, Reason: "differs from the published table's topic; rebuild it"})
+	}
+	if meta.Fold != opts.Spec.foldName() {
+		return fmt.Errorf("follow table %q: %w", table,
+			&SpecError{Table: table, Field: FieldFold, Value: opts.Spec.foldName(), Reason: fmt.Sprintf("the published table was built with fold %s; rebuild it", meta.Fold)})
+	}
+	from := make(map[int32]int64, len(cp.Partitions))
+	for _, p := range cp.Partitions {
+		from[p.Partition] = p.End
+	}
+	if opts.Status != nil {
+		opts.Status.start(cp)
+	}
+	log := opts.Log.With().Str("table", table).Uint64("generation", meta.Generation).Logger()
+	a := &applier{opts: opts, table: table, gen: meta.Generation, cp: cp, log: log}
+
+	rc := opts.Replay
+	rc.Topic = opts.Spec.Topic
+	rc.Log = log
+	if rc.StallTimeout <= 0 {
+		rc.StallTimeout = opts.Spec.StallTimeout
+	}
+	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh}
+	if opts.Status != nil {
+		fc.Live = opts.Status.live
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A few batches in flight (each at most Replay.BatchRecords records):
+	// the reader keeps polling while a transaction commits, and memory
+	// stays bounded by batches, not by how far behind the table is.
+	in := make(chan replay.FollowBatch, 8)
+	done := make(chan struct{})
+	var rerr error
+	go func() {
+		defer close(done)
+		rerr = replay.Follow(rctx, fc, func(b replay.FollowBatch) error {
+			select {
+			case in <- b:
+				return nil
+			case <-rctx.Done():
+				return rctx.Err()
+			}
+		})
+	}()
+	log.Info().Str("topic", opts.Spec.Topic).Interface("from", from).Msg("following")
+	for {
+		select {
+		case <-done:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if rerr == nil {
+				rerr = errors.New("follower ended without an error")
+			}
+			return fmt.Errorf("follow table %q: %w", table, rerr)
+		case b := <-in:
+			batches := []replay.FollowBatch{b}
+			n := len(b.Records)
+		more:
+			for n < followMaxRecords {
+				select {
+				case b := <-in:
+					batches = append(batches, b)
+					n += len(b.Records)
+				default:
+					break more
+				}
+			}
+			if err := a.apply(batches); err != nil {
+				cancel()
+				<-done
+				return err
+			}
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return nil
+		}
+	}
+}
+
+// foldName is the fold's name as stored in a table's metadata.
+func (s Spec) foldName() string {
+	if s.Fold == "" {
+		return FoldLatest
+	}
+	return s.Fold
+}
+
+// applier applies a follower's batches to the published generation. It
+// owns the checkpoint as last committed.
+type applier struct {
+	opts  FollowOptions
+	table string
+	gen   uint64
+	cp    checkpoint.Checkpoint
+	log   zerolog.Logger
+}
+
+// apply folds batches into the published generation in one transaction,
+// with the metadata's counters and the checkpoint's positions.
+func (a *applier) apply(batches []replay.FollowBatch) error {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	last := batches[len(batches)-1]
+	lows := map[int32]int64{}
+	for _, b := range batches {
+		maps.Copy(lows, b.Lows)
+	}
+	cp := followCheckpoint(a.cp, last.Positions, lows)
+	f, err := a.opts.Spec.NewFolder()
+	if err != nil {
+		return err
+	}
+	count, isCount := f.(*fold.Count)
+	if l, ok := f.(*fold.Latest); ok {
+		// One sorted write of the last value of each key at Finish, over
+		// every batch (at most followMaxRecords records).
+		l.RetainRecords(math.MaxInt)
+	}
+	st, err := a.opts.DB.Apply(a.table, a.gen, func(t fold.Table) error {
+		if n == 0 {
+			return nil
+		}
+		for _, b := range batches {
+			if err := f.Fold(t, b.Records); err != nil {
+				return err
+			}
+		}
+		if isCount {
+			// Finish writes each group's count of this batch's new
+			// events: added to the row, not replacing it.
+			return count.Finish(addTable{t})
+		}
+		return f.Finish(t)
+	}, func(m *store.TableMeta) error {
+		addStats(m, f.Stats())
+		if isCount {
+			m.Empty = m.Empty && count.Empty()
+		} else {
+			m.Empty = m.Keys == 0
+		}
+		return nil
+	}, func(tx *bolt.Tx) error {
+		return checkpoint.Save(tx, a.table, cp)
+	})
+	if err != nil {
+		return fmt.Errorf("follow table %q: %w", a.table, err)
+	}
+	a.cp = cp
+	if a.opts.Status != nil {
+		a.opts.Status.applied(cp, int64(n))
+	}
+	a.log.Debug().Int("records", n).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
+	return nil
+}
+
+// followCheckpoint is cp with each partition's end at positions (partitions
+// added since start at their low).
+func followCheckpoint(cp checkpoint.Checkpoint, positions, lows map[int32]int64) checkpoint.Checkpoint {
+	out := cp
+	out.Partitions = slices.Clone(cp.Partitions)
+	idx := map[int32]int{}
+	for i, p := range out.Partitions {
+		idx[p.Partition] = i
+	}
+	for p, pos := range positions {
+		i, ok := idx[p]
+		if !ok {
+			low := lows[p]
+			out.Partitions = append(out.Partitions, checkpoint.Partition{Partition: p, Low: low, Start: low, High: pos, End: pos})
+			continue
+		}
+		cpp := &out.Partitions[i]
+		if pos < cpp.End {
+			continue // never backwards
+		}
+		cpp.End = pos
+		cpp.High = max(cpp.High, pos)
+	}
+	slices.SortFunc(out.Partitions, func(a, b checkpoint.Partition) int { return int(a.Partition) - int(b.Partition) })
+	return out
+}
+
+// addStats adds one batch's fold counters to the table's.
+func addStats(m *store.TableMeta, s fold.Stats) {
+	m.Records += s.Records
+	m.Skipped += s.Skipped
+	for k, v := range s.SkippedByReason {
+		if m.SkippedByReason == nil {
+			m.SkippedByReason = map[string]int64{}
+		}
+		m.SkippedByReason[k] += v
+	}
+	for k, v := range s.Extra {
+		if m.Extra == nil {
+			m.Extra = map[string]int64{}
+		}
+		m.Extra[k] += v
+	}
+}
+
+// addTable is the count fold's Table for an increment: Put(group, n) adds
+// n to the group's row (the fold's Finish writes the counts of the new
+// events only); reads, deletes and indexes are the table's.
+type addTable struct{ fold.Table }
+
+func (t addTable) Put(key, value []byte) error {
+	n, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return fmt.Errorf("count row %q: the fold wrote %q, not a count: %w", key, value, err)
+	}
+	old, err := t.Table.Get(key)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		o, err := strconv.ParseInt(string(old), 10, 64)
+		if err != nil {
+			return fmt.Errorf("count row %q holds %q, not a count: %w", key, old, err)
+		}
+		n += o
+	}
+	return t.Table.Put(key, strconv.AppendInt(nil, n, 10))
+}
+
+// FollowStatus is a follower's state for the daemon's API and metrics:
+// per partition the position applied and the live marks, and the apply
+// counters. Its methods are safe for concurrent use.
+type FollowStatus struct {
+	mu      sync.Mutex
+	parts   map[int32]*PartitionStatus
+	records int64 // records applied
+	applies int64 // transactions committed
+	last    time.Time
+	samples []rateSample
+	liveAt  time.Time
+	liveErr error
+}
+
+// PartitionStatus is one followed partition.
+type PartitionStatus struct {
+	Partition int32 `json:"partition"`
+	// End is the position applied (the checkpoint's end).
+	End int64 `json:"end"`
+	// LiveHigh is the partition's high watermark at the last refresh (at
+	// least End); -1 before the first.
+	LiveHigh int64 `json:"live_high"`
+	// Lag is LiveHigh - End: records (and markers) not applied yet.
+	Lag int64 `json:"lag"`
+}
+
+// FollowSnapshot is a copy of a FollowStatus.
+type FollowSnapshot struct {
+	Partitions []PartitionStatus // sorted by partition
+	Records    int64             // records applied since the follower started
+	Applies    int64             // transactions committed
+	LastApply  time.Time         // zero before the first
+	Rate       float64           // records applied per second, over the last 10s or so
+	LiveAt     time.Time         // when the live marks were last refreshed
+	LiveError  error             // the last refresh's error, nil when it worked
+}
+
+type rateSample struct {
+	at      time.Time
+	records int64
+}
+
+// MaxLag is the largest lag of any partition; -1 when the live marks were
+// never read.
+func (s FollowSnapshot) MaxLag() int64 {
+	out := int64(-1)
+	for _, p := range s.Partitions {
+		if p.LiveHigh >= 0 {
+			out = max(out, p.Lag)
+		}
+	}
+	return out
+}
+
+// Snapshot returns a copy of the status.
+func (s *FollowStatus) Snapshot() FollowSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := FollowSnapshot{Records: s.records, Applies: s.applies, LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr}
+	for _, p := range s.parts {
+		out.Partitions = append(out.Partitions, *p)
+	}
+	slices.SortFunc(out.Partitions, func(a, b PartitionStatus) int { return int(a.Partition) - int(b.Partition) })
+	now := time.Now()
+	if len(s.samples) > 0 {
+		first := s.samples[0]
+		if d := now.Sub(first.at).Seconds(); d > 0 {
+			out.Rate = float64(s.records-first.records) / d
+		}
+	}
+	return out
+}
+
+func (s *FollowStatus) start(cp checkpoint.Checkpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parts = map[int32]*PartitionStatus{}
+	for _, p := range cp.Partitions {
+		s.parts[p.Partition] = &PartitionStatus{Partition: p.Partition, End: p.End, LiveHigh: -1}
+	}
+	s.samples = []rateSample{{at: time.Now(), records: s.records}}
+}
+
+func (s *FollowStatus) applied(cp checkpoint.Checkpoint, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.records += n
+	s.applies++
+	s.last = now
+	for _, p := range cp.Partitions {
+		ps := s.parts[p.Partition]
+		if ps == nil {
+			ps = &PartitionStatus{Partition: p.Partition, LiveHigh: -1}
+			s.parts[p.Partition] = ps
+		}
+		ps.End = p.End
+		ps.update()
+	}
+	s.sample(now)
+}
+
+// sample keeps about one sample a second over the last 10s.
+func (s *FollowStatus) sample(now time.Time) {
+	if n := len(s.samples); n > 0 && now.Sub(s.samples[n-1].at) < time.Second {
+		return
+	}
+	s.samples = append(s.samples, rateSample{at: now, records: s.records})
+	for len(s.samples) > 1 && now.Sub(s.samples[0].at) > 10*time.Second {
+		s.samples = s.samples[1:]
+	}
+}
+
+func (s *FollowStatus) live(m replay.LiveMarks) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.liveAt, s.liveErr = m.At, m.Error
+	if m.Error != nil {
+		return
+	}
+	for p, high := range m.High {
+		ps := s.parts[p]
+		if ps == nil {
+			// A partition added to the topic: nothing applied yet.
+			ps = &PartitionStatus{Partition: p, End: m.Low[p]}
+			s.parts[p] = ps
+		}
+		ps.LiveHigh = high
+		ps.update()
+	}
+	s.sample(time.Now())
+}
+
+// update recomputes the lag; a live high older than the last apply may be
+// below End.
+func (p *PartitionStatus) update() {
+	if p.LiveHigh < 0 {
+		p.Lag = 0
+		return
+	}
+	p.LiveHigh = max(p.LiveHigh, p.End)
+	p.Lag = p.LiveHigh - p.End
+}
+
+// catchUp reads on, into the rebuild's generation (sink), from each
+// partition's end in res up to the positions opts.CatchUp returns, and
+// returns res with the plan's ends moved there: partitions the rebuild did
+// not capture (added since) are read from their low. A position at or
+// below the rebuild's end reads nothing (the rebuild is ahead there).
+func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.Sink) (replay.Result, error) {
+	targets, err := opts.CatchUp(ctx)
+	if err != nil {
+		return res, fmt.Errorf("catch up with the follower: %w", err)
+	}
+	ends := res.Positions()
+	start := map[int32]int64{}
+	until := map[int32]int64{}
+	for p, pos := range targets {
+		end, ok := ends[p]
+		if ok && pos <= end {
+			continue
+		}
+		if ok {
+			start[p] = end
+		}
+		until[p] = pos
+	}
+	if len(until) == 0 {
+		return res, nil
+	}
+	c := opts.Replay
+	c.Start = replay.Start{Offsets: start}
+	c.Until = until
+	c.Progress = nil
+	more, err := replay.Run(ctx, c, sink)
+	if err != nil {
+		return res, fmt.Errorf("catch up with the follower: %w", err)
+	}
+	out := res
+	out.Records += more.Records
+	out.Plan.Partitions = slices.Clone(res.Plan.Partitions)
+	idx := map[int32]int{}
+	for i, p := range out.Plan.Partitions {
+		idx[p.Partition] = i
+	}
+	for _, pb := range more.Plan.Partitions {
+		if _, ok := until[pb.Partition]; !ok {
+			continue
+		}
+		i, ok := idx[pb.Partition]
+		if !ok {
+			out.Plan.Partitions = append(out.Plan.Partitions, pb)
+			continue
+		}
+		p := &out.Plan.Partitions[i]
+		p.End = pb.End
+		p.High = max(p.High, pb.End)
+	}
+	slices.SortFunc(out.Plan.Partitions, func(a, b replay.PartitionBounds) int { return int(a.Partition) - int(b.Partition) })
+	opts.Log.Info().Str("table", opts.Table).Interface("until", until).Int64("records", more.Records).
+		Msg("caught up with the follower before publishing")
+	return out, nil
+}
+
+// FollowRetriable reports whether Follow's error may pass without a
+// rebuild, so that following is worth retrying: Kafka unavailable, a
+// client error, a rebuild that published another generation meanwhile.
+// Records deleted below the checkpoint, a conflict or a bad record, a
+// deleted topic or a definition that no longer matches the table are not:
+// they need a rebuild (or an operator).
+func FollowRetriable(err error) bool {
+	if errors.Is(err, replay.ErrRecordsRemoved) || errors.Is(err, replay.ErrTopicNotFound) || errors.Is(err, replay.ErrBadStart) {
+		return false
+	}
+	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged)
+}

@@ -1,0 +1,393 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// DefaultMaxLag is Follow.MaxLag's default: the most records a followed
+// table may be behind its topic's high watermarks, on any partition, for
+// /readyz to count it ready.
+const DefaultMaxLag = 10000
+
+// StateFollowing is a followed table's state while its follower applies
+// what the topic gains (and no rebuild runs).
+const StateFollowing = "following"
+
+// triggerFollow: a run started because following failed and the table is
+// configured to rebuild when needed.
+const triggerFollow = "follow"
+
+// Follow is how the daemon keeps a table current between rebuilds
+// (follow: true in the config). serve never talks to Kafka: Run and
+// Rebuild are the caller's (materialize.Follow, materialize.Rebuild).
+//
+// Following starts once the table is published (at start, or after its
+// first build) and runs until the daemon stops. A rebuild of a followed
+// table (scheduled, requested, or needed) builds a fresh generation while
+// the follower keeps applying to the published one; after the rebuild's
+// replay, catchUp stops the follower and returns the positions it applied,
+// the rebuild reads on to them, publishes, and following resumes from the
+// new generation's checkpoint. So readers never see the table go back in
+// time.
+type Follow struct {
+	// Run follows the published table from its checkpoint until ctx ends
+	// (returning nil) or following fails, keeping status current.
+	Run func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error
+	// Rebuild is the table's full rebuild with its catch-up
+	// (materialize.Options.CatchUp = catchUp). It replaces Table.Build for
+	// a followed table.
+	Rebuild func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error)
+	// MaxLag is the most records any partition may be behind for /readyz.
+	// 0 means DefaultMaxLag.
+	MaxLag int64
+	// RebuildIfNeeded starts a rebuild when following fails in a way only
+	// a rebuild can mend (records deleted below the checkpoint, a
+	// conflict, a bad record): the old table stays served meanwhile.
+	RebuildIfNeeded bool
+	// Retriable reports whether Run's error may pass by itself (Kafka
+	// unavailable): following is then retried with a backoff. Default:
+	// nothing is retriable.
+	Retriable func(error) bool
+}
+
+// followState is one followed table's follower, guarded by Server.mu.
+type followState struct {
+	status  *materialize.FollowStatus
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the follower's goroutine ends
+	running bool
+	err     error // why following stopped or is being retried; nil while it works
+	errAt   time.Time
+}
+
+// followOf returns table's follower state, creating it. Call with s.mu held.
+func (s *Server) followOf(table string) *followState {
+	if s.follows == nil {
+		s.follows = map[string]*followState{}
+	}
+	fs := s.follows[table]
+	if fs == nil {
+		fs = &followState{}
+		s.follows[table] = fs
+	}
+	return fs
+}
+
+// startFollow starts following table if it is configured to be followed,
+// is published, and is not followed already. The goroutine is owned by
+// Run (runWG).
+func (s *Server) startFollow(table string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, ok := s.tables[table]
+	if !ok || def.Follow == nil || s.db == nil || s.stopping {
+		return
+	}
+	if _, err := s.db.Table(table); err != nil {
+		return // never published: its first build starts following
+	}
+	fs := s.followOf(table)
+	if fs.running {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	fs.running, fs.cancel, fs.done, fs.err = true, cancel, done, nil
+	fs.status = &materialize.FollowStatus{}
+	s.runWG.Add(1)
+	go func() {
+		defer s.runWG.Done()
+		defer close(done)
+		s.followLoop(ctx, table, def, fs)
+	}()
+}
+
+// stopFollow stops table's follower, if it runs, and waits for it: its
+// last transaction has committed or rolled back when it returns.
+func (s *Server) stopFollow(table string) {
+	s.mu.Lock()
+	fs := s.follows[table]
+	if fs == nil || fs.done == nil {
+		s.mu.Unlock()
+		return
+	}
+	cancel, done := fs.cancel, fs.done
+	s.mu.Unlock()
+	cancel()
+	<-done
+}
+
+// followLoop runs the follower until ctx ends or it fails for good,
+// retrying what may pass (Kafka unavailable) with a backoff and
+// restarting at once after a rebuild published another generation.
+func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs *followState) {
+	log := s.cfg.Log.With().Str(keyTable, table).Logger()
+	backoff := time.Second
+	for {
+		err := s.runFollow(ctx, def, log, fs.status)
+		if ctx.Err() != nil {
+			break
+		}
+		s.mu.Lock()
+		fs.err, fs.errAt = err, s.now()
+		s.mu.Unlock()
+		if errors.Is(err, store.ErrGenerationChanged) {
+			log.Info().Err(err).Msg("a rebuild published meanwhile: following the new generation")
+			backoff = time.Second
+			continue
+		}
+		if err != nil && def.Follow.Retriable != nil && def.Follow.Retriable(err) {
+			log.Warn().Err(err).Dur("retry_in", backoff).Msg("following interrupted; the table stays served as it is")
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		if err == nil {
+			err = errors.New("following ended without an error")
+			s.mu.Lock()
+			fs.err = err
+			s.mu.Unlock()
+		}
+		log.Error().Err(err).Int("exit_code", s.cfg.ExitCode(err)).
+			Msg("following stopped; the table stays served as last applied")
+		s.mu.Lock()
+		fs.running = false
+		s.mu.Unlock()
+		if def.Follow.RebuildIfNeeded {
+			if _, rerr := s.startRun(table, triggerFollow); rerr != nil && !errors.Is(rerr, errRunning) {
+				log.Warn().Err(rerr).Msg("rebuild_if_needed: rebuild not started")
+			} else {
+				log.Info().Msg("rebuild_if_needed: rebuilding the table in the background; the old one stays served")
+			}
+		}
+		return
+	}
+	s.mu.Lock()
+	fs.running = false
+	s.mu.Unlock()
+}
+
+// runFollow calls Run, turning a panic into an error.
+func (s *Server) runFollow(ctx context.Context, def tableDef, log zerolog.Logger, st *materialize.FollowStatus) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("following table %q panicked: %v\n%s", def.Name, p, debug.Stack())
+		}
+	}()
+	s.mu.Lock()
+	db := s.db
+	s.mu.Unlock()
+	if db == nil {
+		return context.Canceled
+	}
+	return def.Follow.Run(ctx, db, log, st)
+}
+
+// catchUpFunc is a followed table's rebuild's catch-up: it stops the
+// follower (its last transaction committed) and returns the positions of
+// the published table's checkpoint, nil when it has none. *paused records
+// that it ran.
+func (s *Server) catchUpFunc(table string, paused *bool) func(context.Context) (map[int32]int64, error) {
+	return func(context.Context) (map[int32]int64, error) {
+		*paused = true
+		s.stopFollow(table)
+		s.mu.Lock()
+		db := s.db
+		s.mu.Unlock()
+		if db == nil {
+			return nil, errStopping
+		}
+		var out map[int32]int64
+		err := db.ReadTable(table, func(snap *store.Snapshot) error {
+			cp, ok, err := checkpoint.Load(snap.Tx, table)
+			if err != nil || !ok {
+				return err
+			}
+			out = map[int32]int64{}
+			for _, p := range cp.Partitions {
+				out[p.Partition] = p.End
+			}
+			return nil
+		})
+		if errors.Is(err, store.ErrTableNotFound) {
+			return nil, nil
+		}
+		return out, err
+	}
+}
+
+// followJSON is a followed table's follower in GET /v1/tables/{table}.
+type followJSON struct {
+	Running        bool    `json:"running"`
+	Error          *string `json:"error"`
+	ErrorAt        *string `json:"error_at"`
+	MaxLag         int64   `json:"max_lag"`
+	Lag            *int64  `json:"lag"` // the largest partition lag; null before the first live marks
+	RecordsApplied int64   `json:"records_applied"`
+	Applies        int64   `json:"applies"`
+	ApplyRate      float64 `json:"apply_rate"` // records per second, last ~10s
+	LastApply      *string `json:"last_apply"`
+}
+
+// partitionAndLiveJSON is a checkpoint partition, with the live marks of a
+// followed table.
+type partitionAndLiveJSON struct {
+	checkpoint.Partition
+	LiveHigh *int64 `json:"live_high,omitempty"`
+	Lag      *int64 `json:"lag,omitempty"`
+}
+
+// followView is a snapshot of one followed table's follower.
+type followView struct {
+	running bool
+	err     error
+	errAt   time.Time
+	maxLag  int64
+	snap    materialize.FollowSnapshot
+}
+
+// followInfo returns table's follower as of now; ok is false when the
+// table is not followed.
+func (s *Server) followInfo(table string) (followView, bool) {
+	s.mu.Lock()
+	def, configured := s.tables[table]
+	fs := s.follows[table]
+	var v followView
+	if fs != nil {
+		v.running, v.err, v.errAt = fs.running, fs.err, fs.errAt
+	}
+	var st *materialize.FollowStatus
+	if fs != nil {
+		st = fs.status
+	}
+	s.mu.Unlock()
+	if !configured || def.Follow == nil {
+		return v, false
+	}
+	v.maxLag = def.Follow.MaxLag
+	if v.maxLag <= 0 {
+		v.maxLag = DefaultMaxLag
+	}
+	if st != nil {
+		v.snap = st.Snapshot()
+	}
+	// A retried follower that has applied, or read the live marks, since
+	// its error is working again.
+	if v.running && v.err != nil && (v.snap.LastApply.After(v.errAt) || (v.snap.LiveAt.After(v.errAt) && v.snap.LiveError == nil)) {
+		v.err = nil
+	}
+	return v, true
+}
+
+// json renders the follower for the API.
+func (v followView) json() *followJSON {
+	out := &followJSON{Running: v.running, MaxLag: v.maxLag, RecordsApplied: v.snap.Records, Applies: v.snap.Applies, ApplyRate: v.snap.Rate}
+	if v.err != nil {
+		msg, at := v.err.Error(), v.errAt.UTC().Format(time.RFC3339)
+		out.Error, out.ErrorAt = &msg, &at
+	}
+	if lag := v.snap.MaxLag(); lag >= 0 {
+		out.Lag = &lag
+	}
+	if !v.snap.LastApply.IsZero() {
+		t := v.snap.LastApply.UTC().Format(time.RFC3339Nano)
+		out.LastApply = &t
+	}
+	return out
+}
+
+// notReady says why a followed table is not ready, "" when it is: its
+// follower must run, have read the live marks, and be within MaxLag.
+func (v followView) notReady() string {
+	switch lag := v.snap.MaxLag(); {
+	case !v.running && v.err != nil:
+		return "following stopped: " + v.err.Error()
+	case !v.running:
+		return "not following yet"
+	case v.err != nil:
+		return "following interrupted: " + v.err.Error()
+	case lag < 0:
+		return "following: the partitions' high watermarks not read yet"
+	case lag > v.maxLag:
+		return fmt.Sprintf("following: %d records behind, over max_lag %d", lag, v.maxLag)
+	}
+	return ""
+}
+
+// withLive adds the live marks to the checkpoint's partitions.
+func (v followView) withLive(parts []partitionAndLiveJSON) []partitionAndLiveJSON {
+	live := map[int32]materialize.PartitionStatus{}
+	for _, p := range v.snap.Partitions {
+		live[p.Partition] = p
+	}
+	for i := range parts {
+		p, ok := live[parts[i].Partition.Partition]
+		if !ok || p.LiveHigh < 0 {
+			continue
+		}
+		high := max(p.LiveHigh, parts[i].End)
+		lag := high - parts[i].End
+		parts[i].LiveHigh, parts[i].Lag = &high, &lag
+	}
+	return parts
+}
+
+// followCollector exports every followed table's follower at scrape time.
+type followCollector struct{ s *Server }
+
+var (
+	descFollowLag = prometheus.NewDesc("kmaterialize_follow_lag_records",
+		"Records between a followed table's checkpoint and its partition's high watermark.", []string{"table", "partition"}, nil)
+	descFollowApplied = prometheus.NewDesc("kmaterialize_follow_records_applied_total",
+		"Records a followed table's follower applied since it (re)started.", []string{"table"}, nil)
+	descFollowRate = prometheus.NewDesc("kmaterialize_follow_apply_rate",
+		"Records per second a followed table's follower applied over the last ~10s.", []string{"table"}, nil)
+	descFollowing = prometheus.NewDesc("kmaterialize_follow_running",
+		"1 while a followed table's follower runs without error, else 0.", []string{"table"}, nil)
+)
+
+func (c followCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descFollowLag
+	ch <- descFollowApplied
+	ch <- descFollowRate
+	ch <- descFollowing
+}
+
+func (c followCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	names := c.s.configuredLocked()
+	c.s.mu.Unlock()
+	for _, n := range names {
+		v, ok := c.s.followInfo(n)
+		if !ok {
+			continue
+		}
+		for _, p := range v.snap.Partitions {
+			if p.LiveHigh >= 0 {
+				ch <- prometheus.MustNewConstMetric(descFollowLag, prometheus.GaugeValue, float64(p.Lag), n, strconv.Itoa(int(p.Partition)))
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descFollowApplied, prometheus.CounterValue, float64(v.snap.Records), n)
+		ch <- prometheus.MustNewConstMetric(descFollowRate, prometheus.GaugeValue, v.snap.Rate, n)
+		running := 0.0
+		if v.running && v.err == nil {
+			running = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descFollowing, prometheus.GaugeValue, running, n)
+	}
+}
