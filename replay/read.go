@@ -49,6 +49,9 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	if err != nil {
 		return Result{Plan: plan}, err
 	}
+	if err := resolveEnds(ctx, cl, c, &plan); err != nil {
+		return Result{Plan: plan}, err
+	}
 	if err := resolveStarts(ctx, cl, c, &plan); err != nil {
 		return Result{Plan: plan}, err
 	}
