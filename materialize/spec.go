@@ -34,6 +34,9 @@ const (
 	FieldEnd                = "end"
 	FieldStallTimeout       = "stall_timeout"
 	FieldMemory             = "memory"
+	FieldUntil              = "until"
+	FieldKeep               = "keep"
+	FieldMaxChange          = "max_change"
 )
 
 // Spec is a table's full definition: where its records come from, how they
@@ -74,6 +77,21 @@ type Spec struct {
 	// Memory bounds the bytes a rebuild's records and rows take in memory
 	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
 	Memory int64
+
+	// UntilTimestamp, if set, ends each partition at its first record whose
+	// timestamp is >= it: the table as of that time (replay.Until).
+	// Exclusive with ToOffsets.
+	UntilTimestamp time.Time `json:"until_timestamp,omitzero"`
+	// ToOffsets ends the named partitions at these offsets (exclusive);
+	// the others end at the end mark (replay.Until).
+	ToOffsets map[int32]int64 `json:"to_offsets,omitempty"`
+	// Keep is how many earlier generations a publish keeps for rollback
+	// and diff (Options.Keep). Negative is invalid.
+	Keep int `json:"keep,omitempty"`
+	// MaxChange, if not nil, refuses a publish that would add, remove or
+	// change more than this percentage of the table's keys
+	// (Options.MaxChange). Negative is invalid.
+	MaxChange *float64 `json:"max_change,omitempty"`
 }
 
 // ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
@@ -178,6 +196,20 @@ func (s Spec) Validate() error {
 	if s.Memory < 0 {
 		return bad(FieldMemory, fmt.Sprint(s.Memory), "must be positive", nil)
 	}
+	if !s.UntilTimestamp.IsZero() && len(s.ToOffsets) > 0 {
+		return bad(FieldUntil, "", "an end timestamp and end offsets are exclusive", nil)
+	}
+	for p, o := range s.ToOffsets {
+		if p < 0 || o < 0 {
+			return bad(FieldUntil, fmt.Sprintf("%d=%d", p, o), "partition and offset must not be negative", nil)
+		}
+	}
+	if s.Keep < 0 {
+		return bad(FieldKeep, fmt.Sprint(s.Keep), "must not be negative", nil)
+	}
+	if s.MaxChange != nil && (*s.MaxChange < 0 || *s.MaxChange != *s.MaxChange) {
+		return bad(FieldMaxChange, fmt.Sprint(*s.MaxChange), "must be a percentage, 0 or more", nil)
+	}
 	return nil
 }
 
@@ -233,10 +265,13 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 			Props:        props,
 			End:          end,
 			StallTimeout: s.StallTimeout,
+			Until:        replay.Until{Timestamp: s.UntilTimestamp, Offsets: s.ToOffsets},
 			Log:          log,
 		},
 		Fold:       f,
 		AllowEmpty: s.AllowEmpty,
+		Keep:       s.Keep,
+		MaxChange:  s.MaxChange,
 		Memory:     s.Memory,
 		Log:        log,
 	}, nil

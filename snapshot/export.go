@@ -32,12 +32,14 @@ type Options struct {
 
 // header is everything but the rows, in the order it is written.
 type header struct {
-	Format     int                    `json:"format"`
-	Table      string                 `json:"table"`
-	Topic      string                 `json:"topic"`
-	Fold       string                 `json:"fold"`
-	Params     map[string]string      `json:"params"`
-	EndMark    string                 `json:"end_mark"`
+	Format  int               `json:"format"`
+	Table   string            `json:"table"`
+	Topic   string            `json:"topic"`
+	Fold    string            `json:"fold"`
+	Params  map[string]string `json:"params"`
+	EndMark string            `json:"end_mark"`
+	// Until is the end bound of an as-of rebuild (absent without one).
+	Until      *store.Bound           `json:"until,omitempty"`
 	Encoding   string                 `json:"encoding"`
 	Partitions []checkpoint.Partition `json:"partitions"`
 	Totals     map[string]int64       `json:"totals"`
@@ -76,7 +78,7 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	}
 	h := header{
 		Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
-		Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
+		Params: s.Meta.Params, EndMark: cp.EndMark, Until: s.Meta.Until, Encoding: "utf-8",
 		Partitions: cp.Partitions,
 		Totals: map[string]int64{
 			"records_read":    s.Meta.Records,

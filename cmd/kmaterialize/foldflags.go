@@ -33,6 +33,7 @@ var specFlags = map[string]string{
 	materialize.FieldGroupField: "group-field", materialize.FieldIgnoreFields: "ignore-field",
 	materialize.FieldCatalog: "catalog", materialize.FieldAllowUnknownGroups: "allow-unknown-groups",
 	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
+	materialize.FieldUntil: "to-offsets", materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max-change",
 }
 
 // tableSpec builds the table's definition from the rebuild flags. With
