@@ -57,6 +57,12 @@ func (s *Server) handler(tcp bool) http.Handler {
 		rebuild = s.adminOnly(rebuild)
 	}
 	mux.Handle("POST /v1/tables/{table}/rebuild", rebuild)
+	rollback := http.Handler(http.HandlerFunc(s.rollback))
+	if tcp {
+		rollback = s.adminOnly(rollback)
+	}
+	mux.Handle("POST /v1/tables/{table}/rollback", rollback)
+	mux.HandleFunc("GET /v1/tables/{table}/diff", s.diff)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})

@@ -47,6 +47,8 @@ Try: kmaterialize demo`,
 			demoCommand(),
 			pageCheckCommand(),
 			compactCommand(),
+			rollbackCommand(),
+			diffCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

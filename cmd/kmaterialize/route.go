@@ -235,6 +235,8 @@ func (d *daemon) fail(err error, table string) error {
 		e.code, e.hint = exitBusy, "the daemon is stopping: run the command again"
 	case client.CodeNotUTF8:
 		e.code, e.hint = exitUsage, "add --base64"
+	case client.CodeGenerationNotFound:
+		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}
 	return e
 }
