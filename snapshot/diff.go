@@ -41,4 +41,3 @@ func DiffLine(c store.Change, b64 bool) ([]byte, error) {
 	}
 	return append(line, '\n'), nil
 }
-
