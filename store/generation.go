@@ -316,7 +316,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 			if _, err := pruneKept(tx, g.table, g.keep); err != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.PublishDropOld)
+			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table, its kept generations and the old one published, all whole (uncommitted); the next open removes the new one
 		}
 		return nil
 	})
