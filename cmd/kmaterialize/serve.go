@@ -52,6 +52,8 @@ The config file (YAML; an unknown field is an error naming its line):
       stall_timeout: 30s
       on_bad_record: fail                  # fail | skip
       allow_empty: false
+      keep: 2                              # earlier generations kept for rollback and diff; default 0
+      max_change: 20                       # refuse a publish changing more than 20% of the keys; default off
     - name: votes
       topic: studio-votes
       fold: count
