@@ -313,7 +313,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 			// Kept generations beyond the newest g.keep go, in the same
 			// transaction: a crash keeps them all (no commit) or has
 			// them gone (commit).
-			if _, err := pruneKept(tx, g.table, g.keep); err != nil {
+			if _, err := pruneKept(tx, g.table, g.keep, prev); err != nil {
 				return err
 			}
 			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table, its kept generations and the old one published, all whole (uncommitted); the next open removes the new one

@@ -50,8 +50,8 @@ func (e *GenerationNotFoundError) Error() string {
 func (e *GenerationNotFoundError) Is(target error) bool { return target == ErrGenerationNotFound }
 
 // Keep makes Publish keep the table's previous generation, with its
-// metadata and checkpoint, instead of dropping it, and drop kept
-// generations beyond the newest n. n <= 0 (the default) drops the previous
+// metadata and checkpoint, instead of dropping it, and keep n generations
+// in all: the previous one and the newest n-1 of those kept before. n <= 0 (the default) drops the previous
 // generation and leaves kept ones alone. Call it before Publish.
 func (g *Generation) Keep(n int) { g.keep = max(n, 0) }
 
@@ -276,12 +276,20 @@ func (db *DB) History(table string) ([]Kept, error) {
 	return out, err
 }
 
-// pruneKept drops table's kept generations beyond the newest n and returns
-// how many it dropped.
-func pruneKept(tx *bolt.Tx, table string, n int) (int, error) {
+// pruneKept keeps n of table's kept generations and drops the others,
+// returning how many it dropped. It keeps first the generation just
+// replaced (last, 0 for none: after a rollback it may be older than other
+// kept ones, and it is the most recently published), then the newest by
+// number.
+func pruneKept(tx *bolt.Tx, table string, n int, last uint64) (int, error) {
 	kept, err := KeptGenerations(tx, table)
 	if err != nil {
 		return 0, err
+	}
+	if i := slices.IndexFunc(kept, func(k Kept) bool { return k.Generation == last }); i > 0 {
+		k := kept[i]
+		copy(kept[1:i+1], kept[:i])
+		kept[0] = k
 	}
 	dropped := 0
 	for i := n; i < len(kept); i++ {
@@ -298,7 +306,7 @@ func pruneKept(tx *bolt.Tx, table string, n int) (int, error) {
 // Open removes the kept generations of a table that no longer exists
 // anyway).
 func DropKept(tx *bolt.Tx, table string) (int, error) {
-	return pruneKept(tx, table, 0)
+	return pruneKept(tx, table, 0, 0)
 }
 
 // DropKept removes every kept generation of table in one transaction.

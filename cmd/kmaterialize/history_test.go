@@ -482,13 +482,17 @@ func TestKeepRollbackDiff(t *testing.T) {
 	}
 	mustCLI(t, 6, "rollback", "--db", db, "--table", "no-such-table")
 
-	// A rebuild keeping 1 publishes every record and keeps only the
-	// newest earlier generation.
+	// A rebuild keeping 1 publishes every record and keeps the generation
+	// it replaced (1, published last), though 2 and 3 are newer.
 	mustCLI(t, 0, rebuildArgs(topic, db, "--keep", "1")...)
 	checkTable(t, folds[2], scanTable(t, db, topic))
 	h = history(t, db)
-	if h.Generation != 4 || len(h.Kept) != 1 || h.Kept[0].Generation != 3 {
-		t.Fatalf("after a rebuild with --keep 1: %+v; want 4 published, 3 kept", h)
+	if h.Generation != 4 || len(h.Kept) != 1 || h.Kept[0].Generation != 1 {
+		t.Fatalf("after a rebuild with --keep 1: %+v; want 4 published, 1 (the one it replaced) kept", h)
+	}
+	mustCLI(t, 0, "rollback", "--db", db, "--table", topic)
+	if got := mustCLI(t, 0, "export", "--db", db, "--table", topic).stdout; got != exports[0] {
+		t.Fatal("export after rolling back the --keep 1 rebuild differs from generation 1's")
 	}
 	if got := mustCLI(t, 0, "check", "--db", db); got.code != 0 {
 		t.Fatalf("check: %s", got.stdout)
