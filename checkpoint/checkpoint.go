@@ -177,6 +177,22 @@ func Load(tx *bolt.Tx, table string) (cp Checkpoint, ok bool, err error) {
 	if tb == nil {
 		return Checkpoint{}, false, nil
 	}
+	return decode(tb, table)
+}
+
+// LoadKept returns the checkpoint kept with generation gen of table (a
+// kept generation: see store.Generation.Keep), as it was while gen was
+// published; ok is false if gen keeps none.
+func LoadKept(tx *bolt.Tx, table string, gen uint64) (cp Checkpoint, ok bool, err error) {
+	tb := store.KeptCheckpoint(tx, gen)
+	if tb == nil {
+		return Checkpoint{}, false, nil
+	}
+	return decode(tb, table)
+}
+
+// decode reads a table's checkpoint bucket.
+func decode(tb *bolt.Bucket, table string) (cp Checkpoint, ok bool, err error) {
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("load checkpoint of table %q: %s: %w", table, fmt.Sprintf(format, args...), ErrInvalid)
 	}

@@ -30,6 +30,7 @@ const (
 	CodeRouteNotFound      = "route_not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeInternal           = "internal"
+	CodeGenerationNotFound = "generation_not_found"
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that

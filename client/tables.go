@@ -39,6 +39,13 @@ type Table struct {
 	// end marks were captured (zero: unknown, an imported table).
 	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
 	CheckpointCapturedAt time.Time `json:"checkpoint_captured_at"`
+	// Until is the end bound of an as-of rebuild; nil when it read to the
+	// end mark.
+	Until *Bound `json:"until"`
+	// Changes is what the last publish changed; nil when not recorded.
+	Changes *Changes `json:"changes"`
+	// Kept are the generations kept for rollback and diff, newest first.
+	Kept []KeptGeneration `json:"kept"`
 
 	// LastError is the last run's failure, nil when it succeeded.
 	LastError *LastError `json:"last_error"`
@@ -107,4 +114,42 @@ func (c *Client) Table(ctx context.Context, table string) (Table, error) {
 	var t Table
 	err := c.getJSON(ctx, tablePath(table, ""), &t)
 	return t, err
+}
+
+// Bound is the end bound of an as-of rebuild: a timestamp, or end offsets by
+// partition.
+type Bound struct {
+	Timestamp time.Time       `json:"timestamp"`
+	Offsets   map[int32]int64 `json:"offsets"`
+}
+
+// Changes is what a publish changed compared with the generation it
+// replaced (From; 0 for a table's first).
+type Changes struct {
+	From     uint64 `json:"from"`
+	FromKeys int64  `json:"from_keys"`
+	Added    int64  `json:"added"`
+	Removed  int64  `json:"removed"`
+	Changed  int64  `json:"changed"`
+}
+
+// KeptGeneration is a kept generation of a table, with the metadata and
+// checkpoint it was published with.
+type KeptGeneration struct {
+	Generation      uint64            `json:"generation"`
+	Topic           string            `json:"topic"`
+	Fold            string            `json:"fold"`
+	Params          map[string]string `json:"params"`
+	Keys            int64             `json:"keys"`
+	BuiltAt         time.Time         `json:"built_at"`
+	Duration        time.Duration     `json:"duration_ns"`
+	Records         int64             `json:"records"`
+	Skipped         int64             `json:"skipped"`
+	SkippedByReason map[string]int64  `json:"skipped_by_reason"`
+	Empty           bool              `json:"empty"`
+	Extra           map[string]int64  `json:"extra"`
+	Until           *Bound            `json:"until"`
+	Changes         *Changes          `json:"changes"`
+	EndMark         string            `json:"end_mark"`
+	Partitions      []Partition       `json:"partitions"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -139,6 +140,8 @@ type fileTable struct {
 	FollowInterval     string   `yaml:"follow_interval"`
 	MaxLag             *int64   `yaml:"max_lag"`
 	RebuildIfNeeded    bool     `yaml:"rebuild_if_needed"`
+	Keep               *int     `yaml:"keep"`
+	MaxChange          *string  `yaml:"max_change"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} in
@@ -436,6 +439,7 @@ var specFields = map[string]string{
 	materialize.FieldAllowUnknownGroups: "allow_unknown_groups", materialize.FieldOnBadRecord: "on_bad_record",
 	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
 	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
+	materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max_change",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -496,6 +500,19 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 			return t, bad("stall_timeout", "%s: must be positive", d)
 		}
 		s.StallTimeout = d
+	}
+	if ft.Keep != nil {
+		if *ft.Keep < 0 {
+			return t, bad("keep", "%d: must not be negative", *ft.Keep)
+		}
+		s.Keep = *ft.Keep
+	}
+	if ft.MaxChange != nil {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(*ft.MaxChange), "%"), 64)
+		if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return t, bad("max_change", "%q: want a percentage, e.g. 10 or 2.5%%", *ft.MaxChange)
+		}
+		s.MaxChange = &v
 	}
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)

@@ -75,6 +75,8 @@ tables:
     stall_timeout: 45s
     on_bad_record: skip
     allow_empty: true
+    keep: 3
+    max_change: 12.5
   - name: votes
     topic: studio-votes
     fold: count
@@ -96,6 +98,7 @@ func TestLoadEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	maxChange := 12.5
 	want := &config.Config{
 		Path: path, DB: filepath.Join(dir, "data/tables.db"), Socket: "/run/km/tables.sock", SocketMode: 0o660,
 		SocketGroup: "readers", Listen: "127.0.0.1:9466", AdminToken: "tok-xyz",
@@ -103,8 +106,9 @@ func TestLoadEveryField(t *testing.T) {
 			"security.protocol": "SASL_SSL", "sasl.password": "pw-secret", "client.id": "km-${HOST}"}},
 		Tables: []config.Table{
 			{Line: 14, Schedule: "@every 10m", Spec: materialize.Spec{Name: "balances", Topic: "account-balances", Fold: "latest",
-				End: replay.EndStable, StallTimeout: 45 * time.Second, OnBadRecord: fold.SkipBadRecords, AllowEmpty: true}},
-			{Line: 22, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
+				End: replay.EndStable, StallTimeout: 45 * time.Second, OnBadRecord: fold.SkipBadRecords, AllowEmpty: true,
+				Keep: 3, MaxChange: &maxChange}},
+			{Line: 24, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
 				Name: "votes", Topic: "studio-votes", Fold: "count", IdentityField: "event_id", GroupField: "booth",
 				IgnoreFields: []string{"sent_at", "client"}, Catalog: []string{"b1", "b2", "b3"}, AllowUnknownGroups: true,
 				End: replay.EndHigh}},
@@ -179,6 +183,8 @@ func TestLoadErrors(t *testing.T) {
 		{"bad every", head + "  - name: a\n    topic: t\n    schedule: \"@every soon\"\n", 7, []string{`"soon" is not a duration`}},
 		{"bad end", head + "  - name: a\n    topic: t\n    end: low\n", 7, []string{"tables[0].end", "high or stable"}},
 		{"bad stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 30\n", 7, []string{"tables[0].stall_timeout", "not a duration"}},
+		{"negative keep", head + "  - name: a\n    topic: t\n    keep: -1\n", 7, []string{"tables[0].keep", "must not be negative"}},
+		{"bad max change", head + "  - name: a\n    topic: t\n    max_change: lots\n", 7, []string{"tables[0].max_change", "want a percentage"}},
 		{"zero stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 0s\n", 7, []string{"must be positive"}},
 		{"bad on_bad_record", head + "  - name: a\n    topic: t\n    on_bad_record: ignore\n", 7, []string{"fail or skip"}},
 		{"missing catalog", head + "  - {name: a, topic: t, fold: count, identity_field: i, group_field: g, catalog: nope.json}\n", 5,

@@ -492,7 +492,7 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 	}
 	c := opts.Replay
 	c.Start = replay.Start{Offsets: start}
-	c.Until = until
+	c.Stop = until
 	c.Progress = nil
 	more, err := replay.Run(ctx, c, sink)
 	if err != nil {

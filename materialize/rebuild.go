@@ -108,7 +108,16 @@ type Options struct {
 	// position, and the checkpoint ends there, so that the new generation
 	// is never behind the one it replaces. See catchUp.
 	CatchUp func(ctx context.Context) (map[int32]int64, error)
-	Log     zerolog.Logger
+	// Keep is how many earlier generations the publish keeps, each with
+	// its metadata and checkpoint, for rollback and diff
+	// (store.Generation.Keep). 0 (the default) drops the previous one.
+	Keep int
+	// MaxChange, if not nil, refuses to publish (a *ChangeLimitError,
+	// ErrTooManyChanges) a rebuild that would add, remove or change more
+	// than this percentage of the published table's keys. A first rebuild,
+	// or one over an empty table, is never refused. nil: off.
+	MaxChange *float64
+	Log       zerolog.Logger
 }
 
 // Report is what a published rebuild did.
@@ -237,6 +246,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 
 		SkippedByReason: stats.SkippedByReason,
 		Empty:           empty,
+		Until:           untilBound(opts.Replay.Until),
 	}
 	if meta.Spec, err = encodeSpec(opts); err != nil {
 		return Report{Replay: res}, err
@@ -250,7 +260,17 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return Report{Replay: res}, fmt.Errorf("rebuild of table %q interrupted before publish: %w", opts.Table, err)
 	}
+	gen.Keep(opts.Keep)
+	if opts.MaxChange != nil {
+		limit := *opts.MaxChange
+		gen.Guard(func(c store.Changes) error { return checkChanges(opts.Table, c, limit) })
+	}
 	err = gen.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, opts.Table, cp) })
+	if errors.Is(err, ErrTooManyChanges) {
+		// Returning drops the unpublished generation (the deferred
+		// Abort): readers keep the published table.
+		return Report{Replay: res}, err
+	}
 	if err != nil {
 		return Report{Replay: res}, fmt.Errorf("publish table %q: %w", opts.Table, err)
 	}
@@ -261,8 +281,12 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if bad := badSkipped(stats.SkippedByReason); len(bad) > 0 {
 		log.Warn().Interface("skipped_by_reason", bad).Msg("bad records were skipped (--on-bad-record skip); the table leaves them out")
 	}
-	log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
-		Int64("keys", published.Keys).Int("runs", w.runs).Dur("took", time.Since(started)).Msg("published")
+	ev := log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
+		Int64("keys", published.Keys).Int("runs", w.runs).Dur("took", time.Since(started))
+	if c := published.Changes; c != nil {
+		ev = ev.Int64("added", c.Added).Int64("removed", c.Removed).Int64("changed", c.Changed)
+	}
+	ev.Msg("published")
 	return Report{Meta: published, Checkpoint: cp, Replay: res}, nil
 }
 
@@ -339,4 +363,35 @@ func badSkipped(by map[string]int64) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// checkChanges refuses changes above limit percent of the previous
+// generation's keys; a first rebuild or one over an empty table passes.
+func checkChanges(table string, c store.Changes, limit float64) error {
+	if c.From == 0 || c.FromKeys <= 0 {
+		return nil
+	}
+	// Exact: total/fromKeys > limit/100, without rounding.
+	if float64(c.Total())*100 > limit*float64(c.FromKeys) {
+		return &ChangeLimitError{Table: table, Changes: c, MaxPercent: limit}
+	}
+	return nil
+}
+
+// untilBound is the provenance of a replay's end bound, nil for none.
+func untilBound(u replay.Until) *store.Bound {
+	if u.IsZero() {
+		return nil
+	}
+	b := &store.Bound{Timestamp: u.Timestamp.UTC()}
+	if u.Timestamp.IsZero() {
+		b.Timestamp = time.Time{}
+	}
+	if len(u.Offsets) > 0 {
+		b.Offsets = make(map[int32]int64, len(u.Offsets))
+		for p, o := range u.Offsets {
+			b.Offsets[p] = o
+		}
+	}
+	return b
 }

@@ -37,6 +37,9 @@ const (
 	FieldMemory             = "memory"
 	FieldValueFormat        = "value_format"
 	FieldKeyFormat          = "key_format"
+	FieldUntil              = "until"
+	FieldKeep               = "keep"
+	FieldMaxChange          = "max_change"
 )
 
 // Spec is a table's full definition: where its records come from, how they
@@ -91,6 +94,21 @@ type Spec struct {
 	// part of a table's definition.
 	ValueFormat decode.Format `json:"value_format,omitempty"`
 	KeyFormat   decode.Format `json:"key_format,omitempty"`
+
+	// UntilTimestamp, if set, ends each partition at its first record whose
+	// timestamp is >= it: the table as of that time (replay.Until).
+	// Exclusive with ToOffsets.
+	UntilTimestamp time.Time `json:"until_timestamp,omitzero"`
+	// ToOffsets ends the named partitions at these offsets (exclusive);
+	// the others end at the end mark (replay.Until).
+	ToOffsets map[int32]int64 `json:"to_offsets,omitempty"`
+	// Keep is how many earlier generations a publish keeps for rollback
+	// and diff (Options.Keep). Negative is invalid.
+	Keep int `json:"keep,omitempty"`
+	// MaxChange, if not nil, refuses a publish that would add, remove or
+	// change more than this percentage of the table's keys
+	// (Options.MaxChange). Negative is invalid.
+	MaxChange *float64 `json:"max_change,omitempty"`
 }
 
 // ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
@@ -201,6 +219,20 @@ func (s Spec) Validate() error {
 	if !s.KeyFormat.Valid() {
 		return bad(FieldKeyFormat, fmt.Sprintf("%q", s.KeyFormat), "want "+decode.FormatNames, nil)
 	}
+	if !s.UntilTimestamp.IsZero() && len(s.ToOffsets) > 0 {
+		return bad(FieldUntil, "", "an end timestamp and end offsets are exclusive", nil)
+	}
+	for p, o := range s.ToOffsets {
+		if p < 0 || o < 0 {
+			return bad(FieldUntil, fmt.Sprintf("%d=%d", p, o), "partition and offset must not be negative", nil)
+		}
+	}
+	if s.Keep < 0 {
+		return bad(FieldKeep, fmt.Sprint(s.Keep), "must not be negative", nil)
+	}
+	if s.MaxChange != nil && (*s.MaxChange < 0 || *s.MaxChange != *s.MaxChange) {
+		return bad(FieldMaxChange, fmt.Sprint(*s.MaxChange), "must be a percentage, 0 or more", nil)
+	}
 	return nil
 }
 
@@ -259,11 +291,14 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 			Props:        props,
 			End:          end,
 			StallTimeout: s.StallTimeout,
+			Until:        replay.Until{Timestamp: s.UntilTimestamp, Offsets: s.ToOffsets},
 			Log:          log,
 		},
 		Fold:       f,
 		Decode:     decode.Config{Topic: s.Topic, Key: s.KeyFormat, Value: s.ValueFormat, OnBadRecord: s.OnBadRecord},
 		AllowEmpty: s.AllowEmpty,
+		Keep:       s.Keep,
+		MaxChange:  s.MaxChange,
 		Memory:     s.Memory,
 		Log:        log,
 		Spec:       &stored,

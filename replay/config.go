@@ -36,6 +36,28 @@ type Start struct {
 	Timestamp time.Time
 }
 
+// Until bounds each partition's replay below its end mark: a table as of a
+// point. The zero value reads to the end mark. The bound is resolved once,
+// after the marks are captured, and each partition ends at the lower of its
+// end mark and its bound; the end is then handled exactly as the end mark is
+// (an open transaction below it makes the replay wait, aborted records and
+// control records before it are passed by position).
+type Until struct {
+	// Offsets maps a partition to its end offset (exclusive: the record at
+	// that offset is not read). A partition not named ends at its end mark;
+	// an offset above the high mark, or below an explicit start offset, is
+	// ErrBadEnd; one above the LSO with EndStable ends at the LSO.
+	Offsets map[int32]int64
+	// Timestamp, if non-zero, ends each partition at the first offset whose
+	// record timestamp is >= it (ListOffsets by timestamp, captured once),
+	// so every record before that offset is read. A partition with no such
+	// record ends at its end mark. Exclusive with Offsets.
+	Timestamp time.Time
+}
+
+// IsZero reports whether u bounds nothing.
+func (u Until) IsZero() bool { return len(u.Offsets) == 0 && u.Timestamp.IsZero() }
+
 // Config describes one replay. Zero values mean the documented defaults.
 type Config struct {
 	Brokers string // bootstrap.servers; required unless Props sets it
@@ -47,12 +69,14 @@ type Config struct {
 	Props map[string]string
 	End   EndMark // default EndHigh
 	Start Start
-	// Until, when set, ends each partition it names at the offset given
+	// Stop, when set, ends each partition it names at the offset given
 	// instead of its end mark (a position another reader reached: it must
 	// not be above the high watermark captured at start, else ErrBadStart),
 	// and leaves the partitions it does not name unread. A rebuild of a
 	// followed table uses it to catch up with the follower's positions.
-	Until map[int32]int64
+	Stop map[int32]int64
+	// Until ends the replay before the end mark (default: no bound).
+	Until Until
 	// StallTimeout bounds how long no partition may make progress, and how
 	// long metadata and ListOffsets may take. Default 30s.
 	StallTimeout time.Duration

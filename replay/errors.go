@@ -21,6 +21,11 @@ var (
 	// ErrBadStart is returned when a requested start cannot be honoured: an
 	// offset above the high mark, or a partition the topic does not have.
 	ErrBadStart = errors.New("bad start position")
+	// ErrBadEnd is returned when a requested end (Config.Until) cannot be
+	// honoured: an offset above the high mark or below the start asked for,
+	// a partition the topic does not have, or offsets and a timestamp given
+	// together.
+	ErrBadEnd = errors.New("bad end position")
 	// ErrStalled is returned when no partition made progress within the
 	// stall timeout before every partition reached its end.
 	ErrStalled = errors.New("replay stalled")

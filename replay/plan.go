@@ -20,7 +20,9 @@ type PartitionBounds struct {
 	High      int64 // high watermark (read_uncommitted latest offset)
 	LSO       int64 // last stable offset (read_committed latest offset)
 	Start     int64 // first offset to read
-	End       int64 // end mark: High or LSO, per EndMark
+	End       int64 // end mark: High or LSO, per EndMark, lowered to Config.Until's bound
+	// Bounded is true when Config.Until set End below the end mark.
+	Bounded bool
 }
 
 // Plan is a topic's partition set with the bounds of one replay.
@@ -286,8 +288,8 @@ func resolveStarts(ctx context.Context, cl *clients, c Config, plan *Plan) error
 			}
 		}
 	}
-	if c.Until != nil {
-		if err := applyUntil(c, plan); err != nil {
+	if c.Stop != nil {
+		if err := applyStop(c, plan); err != nil {
 			return err
 		}
 	}
@@ -296,6 +298,75 @@ func resolveStarts(ctx context.Context, cl *clients, c Config, plan *Plan) error
 		pb := &plan.Partitions[i]
 		if pb.Start > pb.End {
 			pb.End = pb.Start
+		}
+	}
+	return nil
+}
+
+// resolveEnds applies c.Until to a captured plan, before the starts are
+// resolved: each partition ends at the lower of its end mark and its bound.
+func resolveEnds(ctx context.Context, cl *clients, c Config, plan *Plan) error {
+	u := c.Until
+	bad := func(p int32, off int64, format string, args ...any) error {
+		return &Error{Op: "end", Topic: c.Topic, Partition: p, Offset: off, Kind: ErrBadEnd, Detail: fmt.Sprintf(format, args...)}
+	}
+	lower := func(pb *PartitionBounds, end int64) {
+		if end < pb.End {
+			pb.End, pb.Bounded = end, true
+		}
+	}
+	switch {
+	case len(u.Offsets) > 0 && !u.Timestamp.IsZero():
+		return bad(-1, -1, "end offsets and an end timestamp are exclusive")
+	case len(u.Offsets) > 0:
+		byPart := map[int32]*PartitionBounds{}
+		for i := range plan.Partitions {
+			byPart[plan.Partitions[i].Partition] = &plan.Partitions[i]
+		}
+		parts := make([]int32, 0, len(u.Offsets))
+		for p := range u.Offsets {
+			parts = append(parts, p)
+		}
+		sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+		for _, p := range parts {
+			off := u.Offsets[p]
+			pb, ok := byPart[p]
+			switch {
+			case !ok:
+				return bad(p, off, "partition %d does not exist (the topic has partitions 0..%d)", p, len(plan.Partitions)-1)
+			case off > pb.High:
+				return bad(p, off, "end offset %d is above the high mark %d of partition %d", off, pb.High, p)
+			case off < 0:
+				return bad(p, off, "negative end offset %d", off)
+			}
+			if s, ok := c.Start.Offsets[p]; ok && off < s {
+				return bad(p, off, "end offset %d is below the start offset %d of partition %d", off, s, p)
+			}
+			if off < pb.Low {
+				plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+					"partition %d: end offset %d is below the retained low %d; the partition contributes nothing", p, off, pb.Low))
+				off = pb.Low
+			}
+			lower(pb, off)
+		}
+	case !u.Timestamp.IsZero():
+		ms := u.Timestamp.UnixMilli()
+		offs, err := listOffsetsRetry(ctx, cl.admin, c.Topic, c.StallTimeout, *plan, kafka.NewOffsetSpecForTimestamp(ms), kafka.IsolationLevelReadUncommitted)
+		if err != nil {
+			return err
+		}
+		for i := range plan.Partitions {
+			pb := &plan.Partitions[i]
+			off := offs[pb.Partition]
+			switch {
+			case off < 0 || off > pb.High:
+				// No record at or after the timestamp (or one that arrived
+				// after the high mark was captured): every record is older.
+			case off < pb.Low:
+				lower(pb, pb.Low)
+			default:
+				lower(pb, off)
+			}
 		}
 	}
 	return nil
@@ -345,12 +416,12 @@ func brokersOf(c Config) string {
 	return c.Props["bootstrap.servers"]
 }
 
-// applyUntil ends each partition at c.Until's offset; a partition it does
+// applyStop ends each partition at c.Stop's offset; a partition it does
 // not name reads nothing.
-func applyUntil(c Config, plan *Plan) error {
+func applyStop(c Config, plan *Plan) error {
 	for i := range plan.Partitions {
 		pb := &plan.Partitions[i]
-		until, ok := c.Until[pb.Partition]
+		until, ok := c.Stop[pb.Partition]
 		switch {
 		case !ok:
 			pb.End = pb.Start

@@ -50,6 +50,9 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	if err != nil {
 		return Result{Plan: plan}, err
 	}
+	if err := resolveEnds(ctx, cl, c, &plan); err != nil {
+		return Result{Plan: plan}, err
+	}
 	if c.Check != nil {
 		if err := c.Check(plan); err != nil {
 			return Result{Plan: plan}, err

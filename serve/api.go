@@ -68,6 +68,12 @@ func (s *Server) handler(tcp bool) http.Handler {
 		update = s.adminOnly(update)
 	}
 	mux.Handle("POST /v1/tables/{table}/update", update)
+	rollback := http.Handler(http.HandlerFunc(s.rollback))
+	if tcp {
+		rollback = s.adminOnly(rollback)
+	}
+	mux.Handle("POST /v1/tables/{table}/rollback", rollback)
+	mux.HandleFunc("GET /v1/tables/{table}/diff", s.diff)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})
@@ -213,6 +219,61 @@ type tableJSON struct {
 	Extra           map[string]int64 `json:"extra,omitempty"`
 	// Follow is a followed table's follower (follow.go); absent otherwise.
 	Follow *followJSON `json:"follow,omitempty"`
+
+	// History: the end bound of an as-of rebuild, what the last publish
+	// changed, and the generations kept (--keep / keep), newest first.
+	Until   *store.Bound   `json:"until,omitempty"`
+	Changes *store.Changes `json:"changes,omitempty"`
+	Kept    []keptJSON     `json:"kept,omitempty"`
+}
+
+// keptJSON is a kept generation with the metadata and checkpoint it was
+// published with.
+type keptJSON struct {
+	Generation      uint64                 `json:"generation"`
+	Topic           string                 `json:"topic"`
+	Fold            string                 `json:"fold"`
+	Params          map[string]string      `json:"params,omitempty"`
+	Keys            int64                  `json:"keys"`
+	BuiltAt         string                 `json:"built_at"`
+	DurationNS      int64                  `json:"duration_ns"`
+	Records         int64                  `json:"records"`
+	Skipped         int64                  `json:"skipped"`
+	SkippedByReason map[string]int64       `json:"skipped_by_reason,omitempty"`
+	Empty           bool                   `json:"empty,omitempty"`
+	Extra           map[string]int64       `json:"extra,omitempty"`
+	Until           *store.Bound           `json:"until,omitempty"`
+	Changes         *store.Changes         `json:"changes,omitempty"`
+	EndMark         string                 `json:"end_mark,omitempty"`
+	Partitions      []checkpoint.Partition `json:"partitions"`
+}
+
+// describeHistory fills t's history fields from snap.
+func describeHistory(t *tableJSON, snap *store.Snapshot) error {
+	t.Until, t.Changes = snap.Meta.Until, snap.Meta.Changes
+	kept, err := store.KeptGenerations(snap.Tx, snap.Meta.Name)
+	if err != nil {
+		return err
+	}
+	for _, k := range kept {
+		m := k.Meta
+		kj := keptJSON{Generation: k.Generation, Topic: m.Topic, Fold: m.Fold, Params: m.Params, Keys: m.Keys,
+			BuiltAt: m.BuiltAt.UTC().Format(time.RFC3339Nano), DurationNS: int64(m.Duration), Records: m.Records, Skipped: m.Skipped,
+			SkippedByReason: m.SkippedByReason, Empty: m.Empty, Extra: m.Extra, Until: m.Until, Changes: m.Changes,
+			Partitions: []checkpoint.Partition{}}
+		cp, ok, err := checkpoint.LoadKept(snap.Tx, m.Name, k.Generation)
+		if err != nil {
+			return err
+		}
+		if ok {
+			kj.EndMark = cp.EndMark
+			if cp.Partitions != nil {
+				kj.Partitions = cp.Partitions
+			}
+		}
+		t.Kept = append(t.Kept, kj)
+	}
+	return nil
 }
 
 type lastErrorJSON struct {
@@ -284,7 +345,7 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 				t.Partitions = append(t.Partitions, partitionAndLiveJSON{Partition: p})
 			}
 		}
-		return nil
+		return describeHistory(&t, snap)
 	})
 	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
 		return t, false, err

@@ -24,6 +24,8 @@
 //	POST /v1/tables/{table}/rebuild      202 {"run": ID}; ?wait=1: 200 {"run","exit_code","error","generation"}
 //	POST /v1/tables/{table}/update       waits: 200 {"run","exit_code","error","generation","mode","keys","records","updates"};
 //	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds)
+//	POST /v1/tables/{table}/rollback     ?generation=G (default the newest kept): 200 {"generation","from","keys"}
+//	GET  /v1/tables/{table}/diff         ?from=&to=&limit=&encoding=base64: JSON lines as `kmaterialize diff`
 //	GET  /healthz, /readyz, /metrics
 //
 // Keys in the path are percent-encoded (a "/" in a key may be sent as is or
@@ -36,7 +38,7 @@
 //
 //	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
 //	403 forbidden (a POST on TCP without the admin token)
-//	404 table_not_found, key_not_found, table_not_configured (rebuild), route_not_found
+//	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
 //	405 method_not_allowed
 //	409 generation_gone, run_in_progress (with "run": the running run's ID)
 //	422 not_utf8 (ask with encoding=base64)

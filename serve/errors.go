@@ -28,6 +28,7 @@ const (
 	codeRouteNotFound      = "route_not_found"
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeInternal           = "internal"
+	codeGenerationNotFound = "generation_not_found"
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet

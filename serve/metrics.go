@@ -32,6 +32,7 @@ type metrics struct {
 	rebuilds    *prometheus.CounterVec
 	records     *prometheus.CounterVec
 	requests    *prometheus.HistogramVec
+	changes     *prometheus.GaugeVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -56,12 +57,15 @@ func newMetrics(s *Server) *metrics {
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kmaterialize_rebuild_records_read_total", Help: "Records read by published rebuilds.",
 		}, []string{"table"}),
+		changes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kmaterialize_table_changes", Help: "Keys the last publish of each table added, removed and changed (op) compared with the generation it replaced.",
+		}, []string{"table", "op"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "kmaterialize_http_request_duration_seconds", Help: "HTTP request durations by route and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"route", "code"}),
 	}
-	m.reg.MustRegister(m.generation, m.keys, m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
+	m.reg.MustRegister(m.generation, m.keys, m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests, m.changes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		followCollector{s})
 	return m
@@ -80,6 +84,16 @@ func (m *metrics) observeTables(db *store.DB) {
 	for _, t := range metas {
 		m.generation.WithLabelValues(t.Name).Set(float64(t.Generation))
 		m.keys.WithLabelValues(t.Name).Set(float64(t.Keys))
+		m.observeChanges(t)
+	}
+}
+
+// observeChanges sets what the last publish of t changed, when recorded.
+func (m *metrics) observeChanges(t store.TableMeta) {
+	if c := t.Changes; c != nil {
+		m.changes.WithLabelValues(t.Name, "added").Set(float64(c.Added))
+		m.changes.WithLabelValues(t.Name, "removed").Set(float64(c.Removed))
+		m.changes.WithLabelValues(t.Name, "changed").Set(float64(c.Changed))
 	}
 }
 
@@ -98,6 +112,7 @@ func (m *metrics) runEnded(table string, res runResult, rep materialize.Report) 
 	}
 	m.generation.WithLabelValues(table).Set(float64(rep.Meta.Generation))
 	m.keys.WithLabelValues(table).Set(float64(rep.Meta.Keys))
+	m.observeChanges(rep.Meta)
 	m.lastSuccess.WithLabelValues(table).Set(float64(res.Ended.UnixNano()) / 1e9)
 	m.records.WithLabelValues(table).Add(float64(rep.Meta.Records))
 }

@@ -32,12 +32,14 @@ type Options struct {
 
 // header is everything but the rows, in the order it is written.
 type header struct {
-	Format     int                    `json:"format"`
-	Table      string                 `json:"table"`
-	Topic      string                 `json:"topic"`
-	Fold       string                 `json:"fold"`
-	Params     map[string]string      `json:"params"`
-	EndMark    string                 `json:"end_mark"`
+	Format  int               `json:"format"`
+	Table   string            `json:"table"`
+	Topic   string            `json:"topic"`
+	Fold    string            `json:"fold"`
+	Params  map[string]string `json:"params"`
+	EndMark string            `json:"end_mark"`
+	// Until is the end bound of an as-of rebuild (absent without one).
+	Until      *store.Bound           `json:"until,omitempty"`
 	Encoding   string                 `json:"encoding"`
 	Partitions []checkpoint.Partition `json:"partitions"`
 	// UpdatesSinceRebuild is how many incremental updates followed the
@@ -79,7 +81,7 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	}
 	h := header{
 		Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
-		Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
+		Params: s.Meta.Params, EndMark: cp.EndMark, Until: s.Meta.Until, Encoding: "utf-8",
 		Partitions:          cp.Partitions,
 		UpdatesSinceRebuild: cp.Updates,
 		Totals: map[string]int64{

@@ -148,7 +148,8 @@ func notExistOr(path string, err error) error {
 //   - the generation counter is at or above every generation number;
 //   - generations no table names are warnings (a rebuild in progress, or
 //     the leftover of one interrupted: the next read-write open removes
-//     them).
+//     them), except kept generations of an existing table, which must
+//     hold their metadata, checkpoint and row count (checkKept).
 func checkSchema(tx *bolt.Tx, r *CheckReport, extra func(*bolt.Tx, TableMeta) []string) error {
 	meta := tx.Bucket(BucketMeta)
 	if meta == nil {
@@ -264,6 +265,8 @@ func checkSchema(tx *bolt.Tx, r *CheckReport, extra func(*bolt.Tx, TableMeta) []
 		case len(g.namers) > 1:
 			sort.Strings(g.namers)
 			r.problem("generation %d is published by several tables: %v", n, g.namers)
+		case len(g.namers) == 0 && g.state == StateKept:
+			checkKept(tables.Get([]byte(g.table)) != nil, gens.Bucket(GenerationKey(n)), g.rows, n, g.table, r)
 		case len(g.namers) == 0:
 			if g.state == StatePublished {
 				r.problem("generation %d of table %q says it is published, but no table names it", n, g.table)
@@ -278,4 +281,36 @@ func checkSchema(tx *bolt.Tx, r *CheckReport, extra func(*bolt.Tx, TableMeta) []
 		}
 		return nil
 	})
+}
+
+// checkKept checks kept generation n of table: its metadata decodes and
+// names it, its checkpoint copy exists, and its recorded row count is the
+// rows it holds. A kept generation of a table that no longer exists is a
+// warning: the next read-write open removes it.
+func checkKept(tableExists bool, gb, rows *bolt.Bucket, n uint64, table string, r *CheckReport) {
+	if !tableExists {
+		r.warn("generation %d is kept for table %q, which no longer exists: the next read-write open removes it", n, table)
+		return
+	}
+	m, err := decodeMeta([]byte(table), gb.Get(KeyGenerationMeta))
+	switch {
+	case err != nil:
+		r.problem("kept generation %d of table %q: %v", n, table, err)
+	case m.Generation != n:
+		r.problem("kept generation %d of table %q: its metadata names generation %d", n, table, m.Generation)
+	}
+	if gb.Bucket(BucketGenerationCheckpoint) == nil {
+		r.problem("kept generation %d of table %q has no checkpoint", n, table)
+	}
+	if rows == nil {
+		r.problem("kept generation %d of table %q has no rows bucket", n, table)
+		return
+	}
+	c := countKeys(rows)
+	if gk, ok := decodeUint64(gb.Get(KeyGenerationKeys)); !ok || gk != c {
+		r.problem("kept generation %d of table %q recorded %d rows, holds %d", n, table, gk, c)
+	}
+	if err == nil && m.Keys != int64(c) {
+		r.problem("kept generation %d of table %q: metadata says %d keys, it holds %d rows", n, table, m.Keys, c)
+	}
 }

@@ -285,7 +285,8 @@ func (db *DB) checkFormat(tx *bolt.Tx) error {
 }
 
 // initAndClean creates the top-level buckets and the format version of a new
-// file, migrates an older one, and removes unpublished generations. It runs
+// file, migrates an older one, and removes unpublished generations (and kept
+// generations of tables that no longer exist). It runs
 // in one transaction: a crash during it leaves the file as it was before the
 // Open.
 func (db *DB) initAndClean(tx *bolt.Tx) error {
@@ -313,7 +314,8 @@ func (db *DB) initAndClean(tx *bolt.Tx) error {
 	db.version = FormatVersion
 
 	published := make(map[uint64]bool)
-	err = tx.Bucket(BucketTables).ForEach(func(k, v []byte) error {
+	tables := tx.Bucket(BucketTables)
+	err = tables.ForEach(func(k, v []byte) error {
 		m, err := decodeMeta(k, v)
 		if err != nil {
 			return err
@@ -334,6 +336,13 @@ func (db *DB) initAndClean(tx *bolt.Tx) error {
 		gen, ok := decodeUint64(k)
 		if ok && published[gen] {
 			continue
+		}
+		// A kept generation of a table that exists is history, not a
+		// leftover; one whose table is gone (dropped) is removed.
+		if gb := gens.Bucket(k); ok && string(gb.Get(KeyGenerationState)) == StateKept {
+			if t := gb.Get(KeyGenerationTable); t != nil && tables.Get(t) != nil {
+				continue
+			}
 		}
 		orphans = append(orphans, append([]byte(nil), k...))
 	}

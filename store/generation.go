@@ -33,6 +33,9 @@ type Generation struct {
 	// WriteMerged): Publish records it instead of walking the tree
 	// (bbolt's Bucket.Stats reads every page of a table).
 	keys int64
+	// keep and guard are set by Keep and Guard (history.go) for Publish.
+	keep  int
+	guard func(Changes) error
 }
 
 // Begin creates a new, empty generation of table in its own committed
@@ -213,7 +216,11 @@ const rowsFillPercent = 1.0
 //     generation;
 //  4. calls hook(tx) if not nil: the caller saves its checkpoint there, so
 //     rows and the positions they came from commit together;
-//  5. deletes the table's previous generation.
+//  5. deletes the table's previous generation, or keeps it (see Keep).
+//
+// Between 2 and 3 it walks the previous generation and this one in key
+// order (two cursors) and records in meta.Changes how many keys were added,
+// removed and changed; a guard set with Guard may refuse the publish then.
 //
 // If any step fails, hook included, nothing is committed: readers keep the
 // previous version and the generation stays unpublished (call Abort, or let
@@ -229,24 +236,47 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 	if meta.Name != g.table {
 		return fmt.Errorf("publish generation %d of table %q as %q: %w", g.id, g.table, meta.Name, ErrInvalidName)
 	}
-	var hookErr error
+	var hookErr, guardErr error
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
-		gb, _, err := g.rowsBucket(tx)
+		gb, rows, err := g.rowsBucket(tx)
 		if err != nil {
 			return err
 		}
 		tables := tx.Bucket(BucketTables)
 		var prev uint64
-		if v := tables.Get([]byte(g.table)); v != nil {
-			old, err := decodeMeta([]byte(g.table), v)
-			if err != nil {
+		var prevRows *bolt.Bucket
+		var old TableMeta
+		oldRaw := tables.Get([]byte(g.table))
+		if oldRaw != nil {
+			if old, err = decodeMeta([]byte(g.table), oldRaw); err != nil {
 				return err
 			}
 			prev = old.Generation
+			if prev != g.id {
+				if prevRows = generationRows(tx, prev); prevRows == nil {
+					return fmt.Errorf("%w: table %q: published generation %d is missing", ErrCorrupt, g.table, prev)
+				}
+			}
 		}
 
 		meta.Generation = g.id
 		meta.Keys = g.keys
+		// What changed: one walk of both generations in key order, with
+		// a cursor each (no key held in memory). A first publish has
+		// nothing to compare: every row is added, and its count is the
+		// one kept while writing (no walk of the new tree).
+		ch := Changes{Added: g.keys}
+		if prevRows != nil {
+			ch, meta.Keys = compareRows(prevRows, rows)
+		}
+		ch.From, ch.FromKeys = prev, old.Keys
+		meta.Changes = &ch
+		if g.guard != nil {
+			if err := g.guard(ch); err != nil {
+				guardErr = err
+				return err
+			}
+		}
 		if err := setGenerationState(gb, StatePublished, uint64(meta.Keys)); err != nil {
 			return err
 		}
@@ -258,6 +288,14 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		// From here to the commit, a crash leaves the old state: bbolt
 		// writes these pages to free space and switches to them only by
 		// the final meta page write. After the commit, the new state.
+		if g.keep > 0 && prev != 0 && prev != g.id {
+			// Before the hook replaces the table's checkpoint: the kept
+			// generation takes the metadata and checkpoint it was
+			// published with.
+			if err := keepGeneration(tx, g.table, prev, oldRaw); err != nil {
+				return err
+			}
+		}
 		if err := tables.Put([]byte(g.table), enc); err != nil {
 			return err
 		}
@@ -271,15 +309,27 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		// Dropping the old generation in the same transaction: a crash
 		// either keeps it published (no commit) or has it gone and
 		// unreferenced (commit). Never a table pointing at nothing.
-		if prev != 0 && prev != g.id {
+		if prev != 0 && prev != g.id && g.keep == 0 {
 			err := tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(prev))
 			if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return fmt.Errorf("drop previous generation %d: %w", prev, err)
 			}
 			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table and its generation whole (the deletion is uncommitted); the next open removes the new one
 		}
+		if g.keep > 0 {
+			// Kept generations beyond the newest g.keep go, in the same
+			// transaction: a crash keeps them all (no commit) or has
+			// them gone (commit).
+			if _, err := pruneKept(tx, g.table, g.keep, prev); err != nil {
+				return err
+			}
+			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table, its kept generations and the old one published, all whole (uncommitted); the next open removes the new one
+		}
 		return nil
 	})
+	if guardErr != nil {
+		return fmt.Errorf("publish generation %d of table %q refused: %w", g.id, g.table, guardErr)
+	}
 	if hookErr != nil {
 		return fmt.Errorf("publish generation %d of table %q: hook: %w", g.id, g.table, hookErr)
 	}

@@ -25,6 +25,10 @@ type migration struct {
 // file made by the previous version (testdata/store/v<N>/).
 var migrations = []migration{
 	{from: 1, readable: true, what: "record each published generation's state and row count", apply: migrateV1},
+	// v2 files have no kept generations: nothing to change but the
+	// version, which keeps older builds (which would remove kept
+	// generations as leftovers) from writing to the file.
+	{from: 2, readable: true, what: "allow kept generations", apply: func(*bolt.Tx) error { return nil }},
 }
 
 // migrateV1 fills v2's state and keys of every published generation.

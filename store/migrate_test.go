@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -121,8 +122,8 @@ func TestMigrateV1Fixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read-write open of v1: %v", err)
 	}
-	if db.Migrated() != 1 || db.FormatVersion() != store.FormatVersion || store.FormatVersion != 2 {
-		t.Fatalf("migrated from %d to %d, want 1 to 2", db.Migrated(), db.FormatVersion())
+	if db.Migrated() != 1 || db.FormatVersion() != store.FormatVersion || store.FormatVersion != 3 {
+		t.Fatalf("migrated from %d to %d, want 1 to 3", db.Migrated(), db.FormatVersion())
 	}
 	if db.Cleaned() != 1 {
 		t.Errorf("cleaned %d generations, want the fixture's 1 unpublished", db.Cleaned())
@@ -133,8 +134,8 @@ func TestMigrateV1Fixture(t *testing.T) {
 	// v2's additions, read raw: every published generation says so and
 	// records its row count.
 	err = db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(store.BucketMeta).Get(store.KeyFormatVersion); string(v) != string(store.GenerationKey(2)) {
-			t.Errorf("stored format version %x, want 2", v)
+		if v := tx.Bucket(store.BucketMeta).Get(store.KeyFormatVersion); string(v) != string(store.GenerationKey(3)) {
+			t.Errorf("stored format version %x, want 3", v)
 		}
 		for name, w := range want {
 			gb := tx.Bucket(store.BucketGenerations).Bucket(store.GenerationKey(w.Meta.Generation))
@@ -153,8 +154,8 @@ func TestMigrateV1Fixture(t *testing.T) {
 	db.Close()
 
 	r, err = store.Check(path, &store.CheckOptions{PageCheck: store.TestPageCheck, Table: checkCheckpoint})
-	if err != nil || !r.OK() || len(r.Warnings) != 0 || r.FormatVersion != 2 || r.Tables != 2 || r.Generations != 2 {
-		t.Fatalf("Check after migration: %+v, %v; want clean, version 2, 2 tables, 2 generations", r, err)
+	if err != nil || !r.OK() || len(r.Warnings) != 0 || r.FormatVersion != 3 || r.Tables != 2 || r.Generations != 2 {
+		t.Fatalf("Check after migration: %+v, %v; want clean, version 3, 2 tables, 2 generations", r, err)
 	}
 	// Migrated once: the next open has nothing to do.
 	db, err = store.Open(path, nil)
@@ -200,7 +201,7 @@ func TestNewerFormatRefused(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		_, err := store.Open(path, &store.Options{ReadOnly: ro})
 		if !errors.Is(err, store.ErrFormat) || errors.Is(err, store.ErrCorrupt) ||
-			!strings.Contains(err.Error(), "format version 3 was written by a newer kmaterialize; this build reads versions up to 2") {
+			!strings.Contains(err.Error(), fmt.Sprintf("format version %d was written by a newer kmaterialize; this build reads versions up to %d", store.FormatVersion+1, store.FormatVersion)) {
 			t.Errorf("read-only=%v: err = %v, want ErrFormat saying the file is newer", ro, err)
 		}
 	}
@@ -304,5 +305,50 @@ func TestCheckSchemaInvariants(t *testing.T) {
 				t.Fatalf("Err() = %v, want a CorruptError naming %s", err, path)
 			}
 		})
+	}
+}
+
+// TestMigrateV2: a v2 file (the layout before kept generations: v3 only
+// allows a new generation state) is read as it is by a read-only open and
+// migrated by a read-write one, its table untouched.
+func TestMigrateV2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.db")
+	want := buildTable(t, path, "t", "k-", 50)
+	db, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Bolt().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(store.BucketMeta).Put(store.KeyFormatVersion, store.GenerationKey(2))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func(db *store.DB) map[string]string {
+		got := map[string]string{}
+		if err := db.Scan("t", nil, 0, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ro, err := store.Open(path, &store.Options{ReadOnly: true})
+	if err != nil || ro.FormatVersion() != 2 {
+		t.Fatalf("read-only open of v2: %v, version %d", err, ro.FormatVersion())
+	}
+	if diff := cmp.Diff(want, rows(ro)); diff != "" {
+		t.Errorf("v2 read as it is (-written +read):\n%s", diff)
+	}
+	ro.Close()
+	db, err = store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if db.Migrated() != 2 || db.FormatVersion() != 3 || db.Cleaned() != 0 {
+		t.Fatalf("read-write open: migrated from %d to %d, cleaned %d; want 2 to 3, nothing cleaned", db.Migrated(), db.FormatVersion(), db.Cleaned())
+	}
+	if diff := cmp.Diff(want, rows(db)); diff != "" {
+		t.Errorf("after migration (-written +read):\n%s", diff)
 	}
 }

@@ -38,7 +38,40 @@ type TableMeta struct {
 	// it at every publish (materialize.Spec as JSON), opaque to this
 	// package. Absent in tables built before it existed.
 	Spec json.RawMessage `json:"spec,omitempty"`
+	// Until is the bound the rebuild's replay stopped at below its end
+	// mark (the table as of a point), as it was asked for; nil when it read
+	// to the end mark. The checkpoint has each partition's resulting end.
+	Until *Bound `json:"until,omitempty"`
+	// Changes is what the publish changed compared with the generation it
+	// replaced (Publish fills it). Absent in tables published before it
+	// existed.
+	Changes *Changes `json:"changes,omitempty"`
 }
+
+// Bound is a replay's end bound below the end mark: a timestamp (each
+// partition ends at its first record at or after it) or end offsets by
+// partition. One of the two is set.
+type Bound struct {
+	Timestamp time.Time       `json:"timestamp,omitzero"`
+	Offsets   map[int32]int64 `json:"offsets,omitempty"`
+}
+
+// Changes counts the keys a publish added, removed and changed (same key,
+// other value) compared with the generation it replaced, counted by walking
+// both in key order.
+type Changes struct {
+	// From is the generation replaced; 0 for a table's first publish
+	// (every key is added).
+	From uint64 `json:"from"`
+	// FromKeys is the number of keys From held.
+	FromKeys int64 `json:"from_keys"`
+	Added    int64 `json:"added"`
+	Removed  int64 `json:"removed"`
+	Changed  int64 `json:"changed"`
+}
+
+// Total is the number of keys added, removed or changed.
+func (c Changes) Total() int64 { return c.Added + c.Removed + c.Changed }
 
 func encodeMeta(m TableMeta) ([]byte, error) {
 	b, err := json.Marshal(m)

@@ -18,7 +18,10 @@ import (
 //
 //	1  the layout below without a generation's state and keys
 //	2  each generation records its state and, once published, its row count
-const FormatVersion uint64 = 2
+//	3  kept generations (state "kept", with their table metadata and
+//	   checkpoint); an older build would take them for leftovers and
+//	   remove them, so it must refuse the file
+const FormatVersion uint64 = 3
 
 // Every name this package (and package checkpoint) puts on disk lives here.
 //
@@ -32,8 +35,11 @@ const FormatVersion uint64 = 2
 //	generations/                  BucketGenerations
 //	    <uint64 big-endian>/      one bucket per generation, published or not
 //	        table                 -> the table name it was begun for (diagnostics)
-//	        state                 -> "building" from Begin, "published" from Publish (v2)
+//	        state                 -> "building" from Begin, "published" from Publish (v2),
+//	                                 "kept" once a later publish kept it (v3, Generation.Keep)
 //	        keys                  -> uint64 big-endian, rows at Publish (v2; absent while building)
+//	        meta                  -> kept only (v3): the table's TableMeta (JSON) as it was published
+//	        checkpoint/           kept only (v3): a copy of the table's checkpoint bucket, as it was
 //	        rows/                 the table's rows: key -> value, as the fold wrote them
 //	        index/                fold-private namespaces, dropped with the generation
 //	            <index name>/     key -> value
@@ -41,7 +47,10 @@ const FormatVersion uint64 = 2
 //
 // A generation bucket that no entry in tables/ names is unpublished: it is a
 // rebuild in progress, or the leftover of one that crashed, and a read-write
-// Open removes it.
+// Open removes it. The exception is a kept generation (state "kept") of a
+// table that exists: an earlier version of that table, which rollback can
+// make the published one again (history.go). A kept generation whose table
+// is gone (dropped) is removed like an unpublished one.
 var (
 	// BucketMeta holds file-wide keys: the format version and the
 	// generation counter.
@@ -71,6 +80,15 @@ var (
 	// rows at Publish, big-endian uint64. `check` compares it with the rows
 	// bucket and the table's metadata.
 	KeyGenerationKeys = []byte("keys")
+	// KeyGenerationMeta (in a kept generation's bucket, since v3) is the
+	// table's TableMeta, JSON, as it was while the generation was
+	// published.
+	KeyGenerationMeta = []byte("meta")
+	// BucketGenerationCheckpoint (in a kept generation's bucket, since v3)
+	// is a copy of the table's bucket in BucketCheckpoints (package
+	// checkpoint's layout, copied as it is) as it was while the generation
+	// was published.
+	BucketGenerationCheckpoint = []byte("checkpoint")
 	// BucketRows (in a generation bucket) holds the table's rows.
 	BucketRows = []byte("rows")
 	// BucketIndex (in a generation bucket) holds one nested bucket per
@@ -130,6 +148,10 @@ const (
 	StateBuilding = "building"
 	// StatePublished: a table points at it.
 	StatePublished = "published"
+	// StateKept: a table's earlier published generation, kept with its
+	// metadata and checkpoint by a later publish (Generation.Keep) or a
+	// rollback; no table points at it.
+	StateKept = "kept"
 )
 
 // setGenerationState records a generation's state, and its row count when
@@ -138,7 +160,7 @@ func setGenerationState(gb *bolt.Bucket, state string, keys uint64) error {
 	if err := gb.Put(KeyGenerationState, []byte(state)); err != nil {
 		return fmt.Errorf("record generation state %s: %w", state, err)
 	}
-	if state != StatePublished {
+	if state != StatePublished && state != StateKept {
 		return nil
 	}
 	if err := gb.Put(KeyGenerationKeys, GenerationKey(keys)); err != nil {

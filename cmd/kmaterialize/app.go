@@ -61,6 +61,8 @@ Try: kmaterialize demo`,
 			compactCommand(),
 			dropCommand(),
 			completionCommand(),
+			rollbackCommand(),
+			diffCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -37,11 +37,11 @@ func exitCode(err error) int {
 	case errors.As(err, &de):
 		// The daemon's answer, mapped to the direct path's code in route.go.
 		return de.code
-	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadProperty),
+	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadEnd), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
 		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting):
 		return exitUsage
-	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
+	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty), errors.Is(err, materialize.ErrTooManyChanges):
 		return exitConflict
 	case errors.Is(err, materialize.ErrStaleCheckpoint):
 		// Before ErrUnavailable: a stale checkpoint's reason may quote an
@@ -62,7 +62,7 @@ func exitCode(err error) int {
 		errors.Is(err, context.Canceled), errors.Is(err, materialize.ErrCheckpointMoved):
 		return exitIncomplete
 	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound),
-		errors.Is(err, replay.ErrGroupNotFound):
+		errors.Is(err, replay.ErrGroupNotFound), errors.Is(err, store.ErrGenerationNotFound):
 		return exitNotFound
 	case errors.Is(err, store.ErrLocked):
 		return exitBusy
@@ -130,6 +130,12 @@ func hint(err error) string {
 		return "kmaterialize tables --db PATH"
 	case errors.Is(err, replay.ErrGroupNotFound):
 		return "check the group's name (kafka-consumer-groups.sh --list shows the groups), or drop --topic to see every topic it committed on"
+	case errors.Is(err, materialize.ErrTooManyChanges):
+		return "check what changed (the counts above); to publish it anyway, rebuild without --max-change or with a higher one"
+	case errors.Is(err, store.ErrGenerationNotFound):
+		return "kmaterialize tables --db PATH lists the kept generations; rebuild with --keep N to keep earlier ones"
+	case errors.Is(err, replay.ErrBadEnd):
+		return "kmaterialize describe --brokers HOST:PORT --topic TOPIC shows each partition's offsets"
 	case errors.Is(err, materialize.ErrWouldEmpty):
 		return "check --from-timestamp or --from-offsets; to publish the empty table anyway, add --allow-empty"
 	case errors.As(err, new(*fold.DataError)):

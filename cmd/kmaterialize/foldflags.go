@@ -35,6 +35,7 @@ var specFlags = map[string]string{
 	materialize.FieldCatalog: "catalog", materialize.FieldAllowUnknownGroups: "allow-unknown-groups",
 	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
 	materialize.FieldValueFormat: "value-format", materialize.FieldKeyFormat: "key-format",
+	materialize.FieldUntil: "to-offsets", materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max-change",
 }
 
 // tableSpec builds the table's definition from the rebuild flags. With

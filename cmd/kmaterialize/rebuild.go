@@ -61,6 +61,23 @@ the run files are removed when the rebuild ends, and by the next open after
 a crash.
 ` + decodeHelp + `
 
+--until-timestamp T ends each partition at its first record whose timestamp
+is >= T (ListOffsets by timestamp, asked once at the start), so the table is
+the topic as of T; --to-offsets ends chosen partitions at given offsets (an
+offset above the high mark exits 2). Either combines with --from-offsets or
+--from-timestamp and with --end; an end inside an open transaction waits for
+it exactly as the high mark does. kmaterialize tables and export record the
+bound.
+
+--keep N keeps the N previous generations in the file, each with its
+checkpoint and provenance (kmaterialize tables lists them): kmaterialize
+rollback makes one the published table again, kmaterialize diff lists the keys
+two generations differ in. Every publish records how many keys it added,
+removed and changed. --max-change PERCENT refuses (exit 3, the published table
+kept) a rebuild that would add, remove or change more than PERCENT of the
+published table's keys; a first rebuild, or one over an empty table, is never
+refused.
+
 A corrupt database (see kmaterialize check) stops the rebuild with exit 1;
 --replace-corrupt moves it aside to FILE.corrupt-<UTC time> instead, says
 where in the log, and builds a fresh database with this table only.
@@ -72,6 +89,8 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --from-timestamp 2026-11-29T10:00:00Z
   $ kmaterialize rebuild --brokers localhost:9092 --topic studio-votes --db votes.db \
       --fold count --identity-field event_id --group-field booth --catalog booths.json
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db asof.db --until-timestamp 2026-11-29T00:00:00Z
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --keep 3 --max-change 10
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
   $ KMATERIALIZE_SCHEMA_REGISTRY_USER=svc KMATERIALIZE_SCHEMA_REGISTRY_PASSWORD=... kmaterialize rebuild \
       --brokers localhost:9092 --topic orders --db orders.db --value-format avro --schema-registry http://localhost:8081
@@ -85,6 +104,10 @@ Examples:
 			&cli.StringFlag{Name: "table", Usage: "table `NAME` (default: the topic name)"},
 			&cli.StringFlag{Name: "from-offsets", Usage: "start offsets `P=OFFSET[,P=OFFSET]`; partitions not named start at their earliest retained offset"},
 			&cli.StringFlag{Name: "from-timestamp", Usage: "start each partition at the first record with timestamp >= `TIME` (RFC 3339 or epoch milliseconds)"},
+			&cli.StringFlag{Name: "until-timestamp", Usage: "end each partition before its first record with timestamp >= `TIME` (RFC 3339 or epoch milliseconds): the table as of TIME"},
+			&cli.StringFlag{Name: "to-offsets", Usage: "end offsets `P=OFFSET[,P=OFFSET]` (exclusive); partitions not named end at the end mark"},
+			&cli.IntFlag{Name: "keep", Usage: "keep the `N` previous generations in the file (with their checkpoints) for rollback and diff", DefaultText: "0, or the config file's keep"},
+			&cli.StringFlag{Name: "max-change", Usage: "refuse to publish (exit 3) a rebuild that adds, removes or changes more than `PERCENT` of the table's keys", DefaultText: "off, or the config file's max_change"},
 			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
@@ -151,6 +174,9 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		}
 		o.start.Timestamp = ts
 	}
+	if err := o.historyFlags(c); err != nil {
+		return nil, err
+	}
 	if err := checkProps(b, props, replay.ConsumerClient); err != nil {
 		return nil, err
 	}
@@ -162,6 +188,62 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 		return nil, &usageError{msg: err.Error(), hint: "--value-format avro --schema-registry http://localhost:8081 (credentials: " + decode.EnvUser + ", " + decode.EnvPassword + ")"}
 	}
 	return o, nil
+}
+
+// historyFlags reads the end bound (--until-timestamp, --to-offsets), --keep
+// and --max-change into the table's definition: the flags, when given,
+// replace the config file's keep and max_change.
+func (o *rebuildOptions) historyFlags(c *cli.Context) error {
+	if c.IsSet("until-timestamp") && c.IsSet("to-offsets") {
+		return usageErrorf("--until-timestamp and --to-offsets are exclusive")
+	}
+	if c.IsSet("to-offsets") {
+		offs, err := parseOffsetsFlag("--to-offsets", c.String("to-offsets"))
+		if err != nil {
+			return err
+		}
+		for p, end := range offs {
+			if start, ok := o.start.Offsets[p]; ok && end < start {
+				return &usageError{msg: fmt.Sprintf("--to-offsets %d=%d is below --from-offsets %d=%d", p, end, p, start),
+					hint: "an end offset at or above the start offset of the same partition"}
+			}
+		}
+		o.spec.ToOffsets = offs
+	}
+	if c.IsSet("until-timestamp") {
+		ts, err := parseTimestampFlag("--until-timestamp", c.String("until-timestamp"))
+		if err != nil {
+			return err
+		}
+		if !o.start.Timestamp.IsZero() && ts.Before(o.start.Timestamp) {
+			return &usageError{msg: fmt.Sprintf("--until-timestamp %s is before --from-timestamp %s",
+				ts.UTC().Format(time.RFC3339Nano), o.start.Timestamp.UTC().Format(time.RFC3339Nano)), hint: "an end time after the start time"}
+		}
+		o.spec.UntilTimestamp = ts
+	}
+	if c.IsSet("keep") {
+		if c.Int("keep") < 0 {
+			return &usageError{msg: fmt.Sprintf("--keep %d: must not be negative", c.Int("keep")), hint: "--keep 3"}
+		}
+		o.spec.Keep = c.Int("keep")
+	}
+	if c.IsSet("max-change") {
+		v, err := parsePercent(c.String("max-change"))
+		if err != nil {
+			return err
+		}
+		o.spec.MaxChange = &v
+	}
+	return specUsage(o.spec.Validate())
+}
+
+// parsePercent parses --max-change: a percentage, "10" or "10%" or "2.5".
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, &usageError{msg: fmt.Sprintf("--max-change %q: not a percentage", s), hint: "--max-change 10 (refuse a rebuild that adds, removes or changes more than 10% of the keys)"}
+	}
+	return v, nil
 }
 
 // limitGoMemory sets the Go runtime's soft memory limit to the part of
@@ -237,10 +319,13 @@ func parseMemory(s string) (int64, error) {
 	return v, nil
 }
 
-// parseOffsets parses "0=120,2=7".
-func parseOffsets(s string) (map[int32]int64, error) {
+// parseOffsets parses --from-offsets "0=120,2=7".
+func parseOffsets(s string) (map[int32]int64, error) { return parseOffsetsFlag("--from-offsets", s) }
+
+// parseOffsetsFlag parses "0=120,2=7" given to flag.
+func parseOffsetsFlag(flag, s string) (map[int32]int64, error) {
 	bad := func(part, why string) error {
-		return &usageError{msg: fmt.Sprintf("--from-offsets %q: %q %s", s, part, why), hint: "--from-offsets 0=120,2=7 (PARTITION=OFFSET pairs, comma separated)"}
+		return &usageError{msg: fmt.Sprintf("%s %q: %q %s", flag, s, part, why), hint: flag + " 0=120,2=7 (PARTITION=OFFSET pairs, comma separated)"}
 	}
 	out := map[int32]int64{}
 	if strings.TrimSpace(s) == "" {
@@ -273,23 +358,27 @@ func parseOffsets(s string) (map[int32]int64, error) {
 // start in January 1970 and replay everything.
 const minMillisDigits = 12
 
-// parseTimestamp accepts RFC 3339 or epoch milliseconds.
-func parseTimestamp(s string) (time.Time, error) {
+// parseTimestamp accepts --from-timestamp as RFC 3339 or epoch
+// milliseconds.
+func parseTimestamp(s string) (time.Time, error) { return parseTimestampFlag("--from-timestamp", s) }
+
+// parseTimestampFlag accepts RFC 3339 or epoch milliseconds given to flag.
+func parseTimestampFlag(flag, s string) (time.Time, error) {
 	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if ms < 0 {
-			return time.Time{}, usageErrorf("--from-timestamp %q: negative epoch milliseconds", s)
+			return time.Time{}, usageErrorf("%s %q: negative epoch milliseconds", flag, s)
 		}
 		if len(strings.TrimLeft(s, "+0")) < minMillisDigits {
 			return time.Time{}, &usageError{
-				msg:  fmt.Sprintf("--from-timestamp %s looks like seconds; --from-timestamp takes milliseconds since the epoch or RFC 3339", s),
-				hint: fmt.Sprintf("--from-timestamp %d000 or --from-timestamp %s", ms, time.Unix(ms, 0).UTC().Format(time.RFC3339)),
+				msg:  fmt.Sprintf("%s %s looks like seconds; %s takes milliseconds since the epoch or RFC 3339", flag, s, flag),
+				hint: fmt.Sprintf("%s %d000 or %s %s", flag, ms, flag, time.Unix(ms, 0).UTC().Format(time.RFC3339)),
 			}
 		}
 		return time.UnixMilli(ms), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, &usageError{msg: fmt.Sprintf("--from-timestamp %q: not RFC 3339 or epoch milliseconds", s), hint: "--from-timestamp 2026-11-29T10:00:00Z or --from-timestamp 1795993200000"}
+		return time.Time{}, &usageError{msg: fmt.Sprintf("%s %q: not RFC 3339 or epoch milliseconds", flag, s), hint: flag + " 2026-11-29T10:00:00Z or " + flag + " 1795993200000"}
 	}
 	return t, nil
 }

@@ -239,6 +239,8 @@ func (d *daemon) fail(err error, table string) error {
 		e.code, e.hint = exitBusy, "the daemon is stopping: run the command again"
 	case client.CodeNotUTF8:
 		e.code, e.hint = exitUsage, "add --base64"
+	case client.CodeGenerationNotFound:
+		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}
 	return e
 }
@@ -318,6 +320,10 @@ func tablesVia(c *cli.Context, d *daemon, format string) error {
 			info.Partitions = append(info.Partitions, checkpoint.Partition(p))
 		}
 		info.PartitionSet = replay.PartitionSet(ps)
+		info.Until, info.Changes = storeBound(t.Until), storeChanges(t.Changes)
+		for _, k := range t.Kept {
+			info.Kept = append(info.Kept, keptInfo(t.Name, k))
+		}
 		infos = append(infos, info)
 	}
 	return renderTables(c, format, c.String("db"), infos)
@@ -327,7 +333,36 @@ func tablesVia(c *cli.Context, d *daemon, format string) error {
 func metaOf(t client.Table) store.TableMeta {
 	return store.TableMeta{Name: t.Name, Topic: t.Topic, Fold: t.Fold, Params: t.Params,
 		Generation: t.Generation, Keys: t.Keys, BuiltAt: t.BuiltAt, Duration: t.Duration,
-		Records: t.Records, Skipped: t.Skipped, SkippedByReason: t.SkippedByReason, Empty: t.Empty, Extra: t.Extra}
+		Records: t.Records, Skipped: t.Skipped, SkippedByReason: t.SkippedByReason, Empty: t.Empty, Extra: t.Extra,
+		Until: storeBound(t.Until), Changes: storeChanges(t.Changes)}
+}
+
+// keptInfo is a kept generation of table as the API shows it, as `tables`
+// shows it.
+func keptInfo(table string, k client.KeptGeneration) tableInfo {
+	m := store.TableMeta{Name: table, Topic: k.Topic, Fold: k.Fold, Params: k.Params,
+		Generation: k.Generation, Keys: k.Keys, BuiltAt: k.BuiltAt, Duration: k.Duration,
+		Records: k.Records, Skipped: k.Skipped, SkippedByReason: k.SkippedByReason, Empty: k.Empty, Extra: k.Extra,
+		Until: storeBound(k.Until), Changes: storeChanges(k.Changes)}
+	cp := checkpoint.Checkpoint{EndMark: k.EndMark}
+	for _, p := range k.Partitions {
+		cp.Partitions = append(cp.Partitions, checkpoint.Partition(p))
+	}
+	return newTableInfo(m, cp)
+}
+
+func storeBound(b *client.Bound) *store.Bound {
+	if b == nil {
+		return nil
+	}
+	return &store.Bound{Timestamp: b.Timestamp, Offsets: b.Offsets}
+}
+
+func storeChanges(c *client.Changes) *store.Changes {
+	if c == nil {
+		return nil
+	}
+	return &store.Changes{From: c.From, FromKeys: c.FromKeys, Added: c.Added, Removed: c.Removed, Changed: c.Changed}
 }
 
 // rebuildVia asks the daemon to rebuild table as its config defines it and

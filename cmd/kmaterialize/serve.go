@@ -63,6 +63,8 @@ The config file (YAML; an unknown field is an error naming its line):
       follow_interval: 200ms               # the longest records wait before they are applied
       max_lag: 10000                       # /readyz: at most this many records behind per partition
       rebuild_if_needed: true              # rebuild in the background when following cannot go on
+      keep: 2                              # earlier generations kept for rollback and diff; default 0
+      max_change: 20                       # refuse a publish changing more than 20% of the keys; default off
     - name: votes
       topic: studio-votes
       fold: count

@@ -30,7 +30,11 @@ captured when its rebuild started), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
 position reached; after kmaterialize update, where the table's data starts
 and ends, how many updates followed the last full rebuild and when the
-checkpoint's end marks were captured (unknown for an imported table).
+checkpoint's end marks were captured (unknown for an imported table); for a
+rebuild with --until-timestamp / --to-offsets, the bound; what the last
+publish changed (keys added, removed and changed compared with the generation
+it replaced); and the generations kept with --keep, newest first, each with
+its provenance (see kmaterialize rollback and diff).
 
 Examples:
   $ kmaterialize tables --db balances.db
@@ -95,6 +99,19 @@ type tableInfo struct {
 	// shallower field of the same name wins): tables shows how a table was
 	// built, not the JSON it keeps for update.
 	Spec json.RawMessage `json:"spec,omitempty"`
+	// Kept are the table's kept generations (--keep), newest first, each
+	// with the metadata and checkpoint it was published with.
+	Kept []tableInfo `json:"kept,omitempty"`
+}
+
+// newTableInfo is m with its checkpoint.
+func newTableInfo(m store.TableMeta, cp checkpoint.Checkpoint) tableInfo {
+	ps := make([]int32, len(cp.Partitions))
+	for i, p := range cp.Partitions {
+		ps[i] = p.Partition
+	}
+	return tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions,
+		UpdatesSinceRebuild: cp.Updates, CheckpointCapturedAt: cp.CapturedAt}
 }
 
 func loadTables(db *store.DB) ([]tableInfo, error) {
@@ -109,12 +126,19 @@ func loadTables(db *store.DB) ([]tableInfo, error) {
 			if err != nil {
 				return fmt.Errorf("checkpoint of table %q: %w", m.Name, err)
 			}
-			ps := make([]int32, len(cp.Partitions))
-			for i, p := range cp.Partitions {
-				ps[i] = p.Partition
+			info := newTableInfo(m, cp)
+			kept, err := store.KeptGenerations(tx, m.Name)
+			if err != nil {
+				return fmt.Errorf("table %q: %w", m.Name, err)
 			}
-			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions,
-				UpdatesSinceRebuild: cp.Updates, CheckpointCapturedAt: cp.CapturedAt})
+			for _, k := range kept {
+				kcp, _, err := checkpoint.LoadKept(tx, m.Name, k.Generation)
+				if err != nil {
+					return fmt.Errorf("checkpoint of kept generation %d of table %q: %w", k.Generation, m.Name, err)
+				}
+				info.Kept = append(info.Kept, newTableInfo(k.Meta, kcp))
+			}
+			out = append(out, info)
 		}
 		return nil
 	})
@@ -147,8 +171,11 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		for _, k := range keys {
 			fmt.Fprintf(tw, "  %s:\t%d\n", strings.ReplaceAll(k, "_", " "), t.Extra[k])
 		}
+		if c := changesText(t.Changes); c != "" {
+			fmt.Fprintf(tw, "  changes:\t%s\n", c)
+		}
 		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", t.PartitionSet, len(t.Partitions))
-		fmt.Fprintf(tw, "  end mark:\t%s\n", t.EndMark)
+		fmt.Fprintf(tw, "  end mark:\t%s%s\n", t.EndMark, untilText(t.Until))
 		captured := "unknown (imported)"
 		if !t.CheckpointCapturedAt.IsZero() {
 			captured = t.CheckpointCapturedAt.Local().Format(time.RFC3339)
@@ -158,8 +185,62 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		for _, p := range t.Partitions {
 			fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\n", p.Partition, p.Low, p.Start, p.High, p.End)
 		}
+		for _, k := range t.Kept {
+			fmt.Fprintf(tw, "  kept generation %d:\t%d keys, built %s, %d records read, end mark %s%s (%s)%s\n",
+				k.Generation, k.Keys, k.BuiltAt.Local().Format(time.RFC3339), k.Records, k.EndMark, untilText(k.Until),
+				endsText(k.Partitions), prefixed("; changes: ", changesText(k.Changes)))
+		}
 	}
 	return tw.Flush()
+}
+
+// changesText says what a publish changed, e.g. "12 added, 3 removed, 40
+// changed (of 1000 keys in generation 6)"; "" when not recorded.
+func changesText(c *store.Changes) string {
+	if c == nil {
+		return ""
+	}
+	if c.From == 0 {
+		return fmt.Sprintf("%d added (first generation)", c.Added)
+	}
+	return fmt.Sprintf("%d added, %d removed, %d changed (of %d keys in generation %d)", c.Added, c.Removed, c.Changed, c.FromKeys, c.From)
+}
+
+// untilText says the end bound of an as-of rebuild, "" without one.
+func untilText(b *store.Bound) string {
+	switch {
+	case b == nil:
+		return ""
+	case !b.Timestamp.IsZero():
+		return ", until timestamp " + b.Timestamp.UTC().Format(time.RFC3339Nano)
+	default:
+		ps := make([]int32, 0, len(b.Offsets))
+		for p := range b.Offsets {
+			ps = append(ps, p)
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		parts := make([]string, len(ps))
+		for i, p := range ps {
+			parts[i] = fmt.Sprintf("%d=%d", p, b.Offsets[p])
+		}
+		return ", to offsets " + strings.Join(parts, ",")
+	}
+}
+
+// endsText lists each partition's end as "P:END".
+func endsText(ps []checkpoint.Partition) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%d:%d", p.Partition, p.End)
+	}
+	return "ends " + strings.Join(parts, " ")
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 // byReason formats skipped counts as " (key_too_large=1, null_key=3)", in

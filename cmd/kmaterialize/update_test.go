@@ -52,9 +52,9 @@ func updateArgs(db, table string, extra ...string) []string {
 	return append([]string{"update", "--brokers", broker.Addr, "--db", db, "--table", table, "--stall-timeout", "20s"}, extra...)
 }
 
-// provenance are the export members that say where the data came from,
+// provenanceFields are the export members that say where the data came from,
 // which an update changes and a full rebuild does not share.
-var provenance = []string{"partitions", "updates_since_rebuild"}
+var provenanceFields = []string{"partitions", "updates_since_rebuild"}
 
 // exportMembers returns the export document of table as its members, raw,
 // without the provenance members.
@@ -69,7 +69,7 @@ func exportMembers(t *testing.T, db, table string) map[string]string {
 	for k, v := range m {
 		out[k] = string(v)
 	}
-	for _, k := range provenance {
+	for _, k := range provenanceFields {
 		if _, ok := out[k]; !ok {
 			t.Fatalf("export lacks %q:\n%s", k, doc)
 		}

@@ -44,9 +44,10 @@ const (
 	// unpublished generation.
 	PublishCommitBefore = "publish-commit-before"
 	// PublishDropOld is in the publish transaction, just after the old
-	// generation's bucket was deleted, before the commit: bbolt drops the
-	// old generation in the publish transaction, so "during the deletion"
-	// is this point. A crash leaves the old table and its generation whole
+	// generation's bucket was deleted (with store.Generation.Keep: just
+	// after the old generation was kept and the kept ones beyond the limit
+	// deleted), before the commit: bbolt drops the old generation in the
+	// publish transaction, so "during the deletion" is this point. A crash leaves the old table and its generation whole
 	// (nothing of the transaction is on disk); the next open removes the
 	// new, unpublished generation.
 	PublishDropOld = "publish-drop-old"

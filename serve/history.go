@@ -1,0 +1,140 @@
+package serve
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// rollbackResult is the body of POST .../rollback.
+type rollbackResult struct {
+	// Generation is the generation published now.
+	Generation uint64 `json:"generation"`
+	// From is the generation published before, now kept.
+	From uint64 `json:"from"`
+	Keys int64  `json:"keys"`
+}
+
+// rollback makes a kept generation of a table the published one
+// (store.DB.Rollback): ?generation=G, or the newest kept one without it.
+func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "generation") {
+		return
+	}
+	gen, ok := generationParam(w, r, "generation")
+	if !ok {
+		return
+	}
+	if r.ContentLength > 0 {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "a rollback request carries no body")
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	res, err := db.Rollback(table, gen)
+	if err != nil {
+		s.historyError(w, table, err)
+		return
+	}
+	s.cfg.Log.Info().Str(keyTable, table).Uint64("from", res.From.Generation).Uint64("generation", res.To.Generation).
+		Msg("rolled back: a kept generation is published again, the previous one kept")
+	s.metrics.observeTables(db)
+	writeJSON(w, http.StatusOK, rollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})
+}
+
+// diff streams the keys two generations of a table differ in as JSON lines
+// (store.DB.Diff): ?from=G&to=G&limit=N&encoding=base64. The
+// X-Kmaterialize-Diff header says which generations were compared.
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "from", "to", "limit", "encoding") {
+		return
+	}
+	from, ok := generationParam(w, r, "from")
+	if !ok {
+		return
+	}
+	to, ok := generationParam(w, r, "to")
+	if !ok {
+		return
+	}
+	limit := 0
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want a number, 0 or more", v))
+			return
+		}
+		limit = n
+	}
+	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	// The whole answer is built before the first byte: a key that is not
+	// UTF-8 (without base64) is an error response, not a cut stream.
+	var buf bytes.Buffer
+	rng, err := db.Diff(table, from, to, limit, func(c store.Change) error {
+		line, err := snapshot.DiffLine(c, b64)
+		if err != nil {
+			return err
+		}
+		buf.Write(line)
+		return nil
+	})
+	if errors.Is(err, snapshot.ErrNotUTF8) {
+		writeError(w, http.StatusBadRequest, codeNotUTF8, err.Error()+": ask with encoding=base64")
+		return
+	}
+	if err != nil {
+		s.historyError(w, table, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Kmaterialize-Diff", fmt.Sprintf("%d..%d", rng.From, rng.To))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// generationParam reads an optional generation number parameter (0 when
+// absent), or answers 400.
+func generationParam(w http.ResponseWriter, r *http.Request, name string) (uint64, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, true
+	}
+	g, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || g == 0 {
+		writeError(w, http.StatusBadRequest, codeBadGeneration, fmt.Sprintf("%s %q: want a generation number", name, v))
+		return 0, false
+	}
+	return g, true
+}
+
+// historyError answers a Rollback or Diff error.
+func (s *Server) historyError(w http.ResponseWriter, table string, err error) {
+	if errors.Is(err, store.ErrGenerationNotFound) {
+		writeError(w, http.StatusNotFound, codeGenerationNotFound, err.Error())
+		return
+	}
+	s.readError(w, table, err)
+}
