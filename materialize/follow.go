@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -50,7 +51,10 @@ type FollowOptions struct {
 	// Status, if set, is kept up to date: positions applied, live marks,
 	// apply counters.
 	Status *FollowStatus
-	Log    zerolog.Logger
+	// Registry is the Schema Registry for a table whose definition decodes
+	// its keys or values (Spec.ValueFormat, Spec.KeyFormat).
+	Registry decode.Registry
+	Log      zerolog.Logger
 }
 
 // Follow keeps table opts.Spec's published generation current: it reads
@@ -117,6 +121,16 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if opts.Status != nil {
 		fc.Live = opts.Status.live
 	}
+	// Records are decoded as the rebuild decoded them, on the reader's
+	// goroutine, before the applier folds them.
+	var dec *decode.Decoder
+	if dc := (decode.Config{Topic: opts.Spec.Topic, Key: opts.Spec.KeyFormat, Value: opts.Spec.ValueFormat,
+		OnBadRecord: opts.Spec.OnBadRecord, Registry: opts.Registry}); dc.Active() {
+		if dec, err = decode.New(dc); err != nil {
+			return fmt.Errorf("follow table %q: %w", table, err)
+		}
+		defer dec.Close()
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A few batches in flight (each at most Replay.BatchRecords records):
@@ -128,6 +142,13 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	go func() {
 		defer close(done)
 		rerr = replay.Follow(rctx, fc, func(b replay.FollowBatch) error {
+			if dec != nil {
+				out, err := dec.Decode(b.Records)
+				if err != nil {
+					return err
+				}
+				b.Records = out
+			}
 			select {
 			case in <- b:
 				return nil

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -26,6 +27,10 @@ type UpdateOptions struct {
 	// holds none).
 	Brokers string
 	Props   map[string]string
+	// Registry is the Schema Registry for a table whose stored definition
+	// decodes its keys or values (Spec.ValueFormat, Spec.KeyFormat): a
+	// connection setting, like the brokers, so never stored with the table.
+	Registry decode.Registry
 	// End, StallTimeout and Memory override the stored definition's when
 	// set.
 	End          replay.EndMark
@@ -130,6 +135,7 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 		return Report{}, err
 	}
 	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
+	opts.Decode.Registry = o.Registry
 	opts.Spec = &stored
 	rep, err = Rebuild(ctx, opts)
 	rep.Mode = ModeRebuilt
@@ -203,7 +209,29 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	}
 	defer u.abort()
 
-	res, err := replay.Run(ctx, rc, u.sink)
+	// The new records are decoded as the rebuild decoded the old ones
+	// (the stored definition's formats), before the fold.
+	sink := u.sink
+	opts.Decode.Registry = o.Registry
+	if opts.Decode.Topic == "" {
+		opts.Decode.Topic = spec.Topic
+	}
+	if opts.Decode.Active() {
+		dec, err := decode.New(opts.Decode)
+		if err != nil {
+			return Report{}, fmt.Errorf("table %q: %w", o.Table, err)
+		}
+		defer dec.Close()
+		u.dec = dec
+		sink = func(batch []fold.Record) error {
+			out, err := dec.Decode(batch)
+			if err != nil || len(out) == 0 {
+				return err
+			}
+			return u.sink(out)
+		}
+	}
+	res, err := replay.Run(ctx, rc, sink)
 	if err != nil {
 		return Report{Replay: res}, err
 	}
@@ -333,6 +361,17 @@ type updater struct {
 
 	gen  *store.Generation // the new generation, once the update does not fit
 	runs int               // run files the latest fold spilled
+
+	dec *decode.Decoder // nil when the table's records are stored raw
+}
+
+// withSkips is the fold's counters with the records the decoder left out
+// (--on-bad-record skip) added, as a rebuild counts them.
+func (u *updater) withSkips(s fold.Stats) fold.Stats {
+	if u.dec == nil {
+		return s
+	}
+	return withDecodeSkips(s, u.dec.Skipped())
 }
 
 // sink is the replay's Sink.
@@ -449,7 +488,7 @@ func (u *updater) publish(ctx context.Context, meta store.TableMeta, spec []byte
 
 func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
 	rows := u.latest.Sorted()
-	stats := u.latest.Stats()
+	stats := u.withSkips(u.latest.Stats())
 	if u.gen == nil && u.fitsInPlace(int64(rows.Len()), int64(u.hold)) {
 		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
 			for {
@@ -508,7 +547,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 			}
 			return u.count.Finish(t)
 		}, func(m *store.TableMeta) error {
-			setStats(m, u.count.Stats(), spec)
+			setStats(m, u.withSkips(u.count.Stats()), spec)
 			m.Empty = u.count.Empty()
 			return nil
 		}, hook)
@@ -529,7 +568,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 		return "", fmt.Errorf("table %q: %w", u.table, err)
 	}
 	m := meta
-	setStats(&m, u.count.Stats(), spec)
+	setStats(&m, u.withSkips(u.count.Stats()), spec)
 	m.Empty = u.count.Empty()
 	if err := u.gen.Publish(m, hook); err != nil {
 		return "", fmt.Errorf("publish table %q: %w", u.table, err)

@@ -241,16 +241,9 @@ func TestTransactionsCommitMarkerLastAndAborted(t *testing.T) {
 	if err := ab.End(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := broker.BeginTxn(ctx, topic, topic+"-commit")
-	if err != nil {
-		t.Fatal(err)
-	}
 	recs := []localkafka.Record{kv(0, "a", "2"), kv(1, "y", "2")}
-	offs, err := tx.Produce(ctx, recs)
+	offs, err := broker.WriteTxn(ctx, topic, topic+"-commit", recs, true)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.End(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	want := append([]rec{}, plain...)

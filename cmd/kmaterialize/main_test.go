@@ -192,16 +192,8 @@ func withOffsets(recs []localkafka.Record, offs []int64, committed bool) []rec {
 // txn writes recs in one transaction and commits or aborts it.
 func txn(t *testing.T, topic, id string, recs []localkafka.Record, commit bool) []rec {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := broker.BeginTxn(ctx, topic, id)
+	offs, err := broker.WriteTxn(context.Background(), topic, id, recs, commit)
 	if err != nil {
-		t.Fatal(err)
-	}
-	offs, err := tx.Produce(ctx, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.End(ctx, commit); err != nil {
 		t.Fatal(err)
 	}
 	return withOffsets(recs, offs, commit)

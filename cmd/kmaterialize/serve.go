@@ -267,7 +267,7 @@ func serveTables(cfg *config.Config) []serve.Table {
 			},
 		}
 		if t.Follow {
-			st.Follow = followTable(spec, t, brokers, props, rebuild)
+			st.Follow = followTable(spec, t, brokers, props, registry, rebuild)
 		}
 		out = append(out, st)
 	}
@@ -279,25 +279,28 @@ func serveTables(cfg *config.Config) []serve.Table {
 // config loaded at start).
 func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
+	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
+	red := config.NewRedactor()
+	red.Add(cfg.Secrets()...)
 	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
 		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
-			RebuildIfNeeded: rebuildIfNeeded, Log: log})
+			Registry: registry, RebuildIfNeeded: rebuildIfNeeded, Log: log})
 		if err != nil {
 			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
 		}
-		return rep, config.Scrub(err, props)
+		return rep, red.Error(config.Scrub(err, props))
 	}
 }
 
 // followTable is the daemon's follow mode for table t (follow: true):
 // materialize.Follow with the config's connection, and the table's
 // rebuild with its catch-up.
-func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string,
+func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string, registry decode.Registry,
 	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.Follow {
 	return &serve.Follow{
 		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
 			err := materialize.Follow(ctx, materialize.FollowOptions{
-				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Log: log,
+				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Log: log, Registry: registry,
 				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
 			})
 			return config.Scrub(err, props)

@@ -102,6 +102,11 @@ func newUpdateOptions(c *cli.Context) (*updateOptions, error) {
 	}
 	o := &updateOptions{dbPath: c.String("db")}
 	o.opts = materialize.UpdateOptions{Table: c.String("table"), Brokers: b, Props: props, RebuildIfNeeded: c.Bool("rebuild-if-needed")}
+	// A table built with --value-format/--key-format decodes its new
+	// records with the same registry: the config file's or the environment's.
+	if o.opts.Registry, err = registrySettings(c); err != nil {
+		return nil, err
+	}
 	if c.IsSet("end") {
 		switch e := replay.EndMark(c.String("end")); e {
 		case replay.EndHigh, replay.EndStable:

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -98,12 +100,27 @@ type Txn struct {
 	topic    string
 	txnID    string
 	produced map[int32][]int64 // partition -> offsets this transaction wrote
+	spy      *abortSpy
+}
+
+// abortSpy watches the transactional client's log for the line franz-go
+// writes when it turns a commit into an abort (see ErrCommitAborted), so
+// that End can say so instead of reporting a commit.
+type abortSpy struct{ aborted atomic.Bool }
+
+func (s *abortSpy) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+
+func (s *abortSpy) Log(_ kgo.LogLevel, msg string, _ ...any) {
+	if strings.HasPrefix(msg, "no produce succeeded in this transaction") {
+		s.aborted.Store(true)
+	}
 }
 
 // BeginTxn starts a transaction with the given transactional id.
 func (b *Broker) BeginTxn(ctx context.Context, topic, txnID string) (*Txn, error) {
+	spy := &abortSpy{}
 	cl, err := b.Client(kgo.DefaultProduceTopic(topic), kgo.TransactionalID(txnID),
-		kgo.TransactionTimeout(10*time.Minute))
+		kgo.TransactionTimeout(10*time.Minute), kgo.WithLogger(spy))
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +128,7 @@ func (b *Broker) BeginTxn(ctx context.Context, topic, txnID string) (*Txn, error
 		cl.Close()
 		return nil, fmt.Errorf("begin transaction %s: %w", txnID, err)
 	}
-	return &Txn{b: b, cl: cl, topic: topic, txnID: txnID, produced: map[int32][]int64{}}, nil
+	return &Txn{b: b, cl: cl, topic: topic, txnID: txnID, produced: map[int32][]int64{}, spy: spy}, nil
 }
 
 // Produce writes records inside the transaction.
@@ -136,13 +153,45 @@ var ErrCommitAborted = errors.New("the transaction was aborted although a commit
 
 // End commits (commit=true) or aborts the transaction and closes the client.
 // franz-go may turn a commit into an abort and still return nil (see
-// ErrCommitAborted): a test that needs the records committed uses CommitTxn.
+// ErrCommitAborted); End returns ErrCommitAborted when franz-go logged that
+// it did. WriteTxn redoes such a transaction; CommitTxn also checks the
+// records with an independent reader.
 func (t *Txn) End(ctx context.Context, commit bool) error {
 	defer t.cl.Close()
 	if err := t.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 		return fmt.Errorf("end transaction (commit=%v): %w", commit, err)
 	}
+	if commit && t.spy != nil && t.spy.aborted.Load() {
+		return fmt.Errorf("end transaction %s: franz-go logged that it aborted instead: %w", t.txnID, ErrCommitAborted)
+	}
 	return nil
+}
+
+// WriteTxn writes recs to topic in one transaction that it commits or
+// aborts, and returns their offsets. A commit that franz-go turned into an
+// abort (End's ErrCommitAborted) is redone, up to three times; the aborted
+// attempt stays in the log, skipped by read_committed readers. Unlike
+// CommitTxn it reads nothing back, so other transactions may be open.
+func (b *Broker) WriteTxn(ctx context.Context, topic, txnID string, recs []Record, commit bool) ([]int64, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var tx *Txn
+		if tx, err = b.BeginTxn(ctx, topic, txnID); err != nil {
+			return nil, err
+		}
+		offs, perr := tx.Produce(ctx, recs)
+		if perr != nil {
+			_ = tx.End(ctx, false)
+			return nil, perr
+		}
+		if err = tx.End(ctx, commit); err == nil {
+			return offs, nil
+		}
+		if !errors.Is(err, ErrCommitAborted) {
+			return nil, err
+		}
+	}
+	return nil, err
 }
 
 // checkCommitted reads what the ended transaction wrote with an independent

@@ -104,15 +104,8 @@ func (s *Scenario) Build(ctx context.Context, b *localkafka.Broker, topic string
 			}
 			add(st.Produce, offs)
 		case st.Txn != "":
-			txn, err := b.BeginTxn(ctx, topic, fmt.Sprintf("%s-step-%d", topic, i))
+			offs, err := b.WriteTxn(ctx, topic, fmt.Sprintf("%s-step-%d", topic, i), toLocal(st.Records), st.Txn == "commit")
 			if err != nil {
-				return nil, err
-			}
-			offs, err := txn.Produce(ctx, toLocal(st.Records))
-			if err != nil {
-				return nil, fmt.Errorf("step %d: %w", i, err)
-			}
-			if err := txn.End(ctx, st.Txn == "commit"); err != nil {
 				return nil, fmt.Errorf("step %d: %w", i, err)
 			}
 			if st.Txn == "commit" {
