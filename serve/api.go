@@ -246,6 +246,10 @@ type keptJSON struct {
 	Changes         *store.Changes         `json:"changes,omitempty"`
 	EndMark         string                 `json:"end_mark,omitempty"`
 	Partitions      []checkpoint.Partition `json:"partitions"`
+	// As the table's: its checkpoint's incremental updates and capture
+	// time, as they were.
+	UpdatesSinceRebuild  int64   `json:"updates_since_rebuild"`
+	CheckpointCapturedAt *string `json:"checkpoint_captured_at"`
 }
 
 // describeHistory fills t's history fields from snap.
@@ -269,6 +273,11 @@ func describeHistory(t *tableJSON, snap *store.Snapshot) error {
 			kj.EndMark = cp.EndMark
 			if cp.Partitions != nil {
 				kj.Partitions = cp.Partitions
+			}
+			kj.UpdatesSinceRebuild = cp.Updates
+			if !cp.CapturedAt.IsZero() {
+				at := cp.CapturedAt.UTC().Format(time.RFC3339Nano)
+				kj.CheckpointCapturedAt = &at
 			}
 		}
 		t.Kept = append(t.Kept, kj)

@@ -344,7 +344,7 @@ func keptInfo(table string, k client.KeptGeneration) tableInfo {
 		Generation: k.Generation, Keys: k.Keys, BuiltAt: k.BuiltAt, Duration: k.Duration,
 		Records: k.Records, Skipped: k.Skipped, SkippedByReason: k.SkippedByReason, Empty: k.Empty, Extra: k.Extra,
 		Until: storeBound(k.Until), Changes: storeChanges(k.Changes)}
-	cp := checkpoint.Checkpoint{EndMark: k.EndMark}
+	cp := checkpoint.Checkpoint{EndMark: k.EndMark, Updates: k.UpdatesSinceRebuild, CapturedAt: k.CheckpointCapturedAt}
 	for _, p := range k.Partitions {
 		cp.Partitions = append(cp.Partitions, checkpoint.Partition(p))
 	}
