@@ -152,8 +152,7 @@ type KeptGeneration struct {
 	Changes         *Changes          `json:"changes"`
 	EndMark         string            `json:"end_mark"`
 	Partitions      []Partition       `json:"partitions"`
-	// UpdatesSinceRebuild and CheckpointCapturedAt: as Table's, for the
-	// kept checkpoint.
+	// As Table's, for this generation's checkpoint.
 	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
 	CheckpointCapturedAt time.Time `json:"checkpoint_captured_at"`
 }

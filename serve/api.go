@@ -246,8 +246,8 @@ type keptJSON struct {
 	Changes         *store.Changes         `json:"changes,omitempty"`
 	EndMark         string                 `json:"end_mark,omitempty"`
 	Partitions      []checkpoint.Partition `json:"partitions"`
-	// UpdatesSinceRebuild and CheckpointCapturedAt are the kept
-	// checkpoint's provenance, as for the published one.
+	// As the table's: its checkpoint's incremental updates and capture
+	// time, as they were.
 	UpdatesSinceRebuild  int64   `json:"updates_since_rebuild"`
 	CheckpointCapturedAt *string `json:"checkpoint_captured_at"`
 }

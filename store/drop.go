@@ -12,9 +12,10 @@ import (
 //
 //  1. reads the table's entry in tables/ (none: a *TableNotFoundError);
 //  2. deletes the entry, so no reader finds the table any more;
-//  3. deletes the published generation's bucket (unpublished ones are
-//     not the table's yet: a read-write Open removed every leftover of a
-//     crash, so any other is a rebuild running in this process);
+//  3. deletes the published generation's bucket, and the generations
+//     kept for rollback (DropKept); unpublished ones are not the table's
+//     yet: a read-write Open removed every leftover of a crash, so any
+//     other is a rebuild running in this process;
 //  4. calls hook(tx) if not nil: the caller removes what it keeps beside
 //     the table there (its checkpoint), so that it goes with the rows.
 //
@@ -55,6 +56,11 @@ func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, 
 		err = tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(m.Generation))
 		if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return fmt.Errorf("delete generation %d: %w", m.Generation, err)
+		}
+		// Its history goes with it (a read-write Open would remove kept
+		// generations of a table that is gone anyway).
+		if _, err := DropKept(tx, table); err != nil {
+			return err
 		}
 		if hook != nil {
 			if err := hook(tx); err != nil {

@@ -331,3 +331,44 @@ func TestKeptOfRemovedTableCleaned(t *testing.T) {
 		t.Errorf("reopen cleaned %d, left %v; want both kept generations gone", db.Cleaned(), generationKeys(t, db))
 	}
 }
+
+// TestDropTableDropsKept: dropping a table removes its kept generations in
+// the same transaction, and leaves another table's history alone.
+func TestDropTableDropsKept(t *testing.T) {
+	db := openTemp(t)
+	seed := uint64(time.Now().UnixNano())
+	for i := 0; i < 3; i++ {
+		for _, table := range []string{"gone", "stays"} {
+			g, err := db.Begin(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeOps(t, g, oracle{}, randomOps(t, seed+uint64(i), 100), 100)
+			g.Keep(2)
+			if err := g.Publish(TableMeta{}, saveMark(table, "x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	staysBefore, err := db.History("stays")
+	if err != nil || len(staysBefore) != 2 {
+		t.Fatalf("History(stays): %v, %v; want 2 kept", staysBefore, err)
+	}
+	dropCheckpoint := func(tx *bolt.Tx) error { return tx.Bucket(BucketCheckpoints).DeleteBucket([]byte("gone")) }
+	if _, err := db.DropTable("gone", dropCheckpoint); err != nil {
+		t.Fatal(err)
+	}
+	m, err := db.Table("stays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{staysBefore[1].Generation, staysBefore[0].Generation, m.Generation}
+	if diff := cmp.Diff(want, generationKeys(t, db)); diff != "" {
+		t.Errorf("generations after dropping a table with history (-only the other table's +got):\n%s", diff)
+	}
+	path := db.Path()
+	db.Close()
+	if r, err := Check(path, nil); err != nil || !r.OK() || len(r.Warnings) != 1 {
+		t.Fatalf("Check after the drop: %+v, %v; want clean but the skipped page walk", r, err)
+	}
+}

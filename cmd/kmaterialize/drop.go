@@ -16,8 +16,8 @@ func dropCommand() *cli.Command {
 		Name:      "drop",
 		Usage:     "remove a table from the database",
 		UsageText: "kmaterialize drop --db FILE --table NAME [--format text|json]",
-		Description: `Removes the table, its published generation and its checkpoint in one
-transaction: a crash leaves the table whole or gone, never half of it. Exits 6
+		Description: `Removes the table, its published generation, the generations kept for
+rollback (--keep) and its checkpoint in one transaction: a crash leaves the table whole or gone, never half of it. Exits 6
 when the table is absent. The file keeps its size (bbolt reuses the pages):
 kmaterialize compact returns them.
 

@@ -561,7 +561,8 @@ func TestMaxChangeGuard(t *testing.T) {
 // inside its publish transaction (after the old generation was kept and
 // older ones dropped, uncommitted) and just after the commit. Either way
 // the kept generations are whole: the file checks clean, tables lists them,
-// and a rollback brings back an earlier export byte for byte.
+// and a rollback brings back an earlier export byte for byte; drop then
+// removes the table with its history.
 func TestKeptGenerationsSurviveKill9(t *testing.T) {
 	bin := failpointBinary(t)
 	for _, tc := range []struct {
@@ -624,6 +625,13 @@ func TestKeptGenerationsSurviveKill9(t *testing.T) {
 			if g := generations(t, db); len(g) != 2 || g[tc.published] != topic || g[tc.kept[0]] != topic {
 				t.Fatalf("generation buckets after the rollback: %v, want only %d and %d", g, tc.published, tc.kept[0])
 			}
+
+			// drop takes the table's history with it.
+			mustCLI(t, 0, "drop", "--db", db, "--table", topic)
+			if g := generations(t, db); len(g) != 0 {
+				t.Fatalf("generation buckets after drop: %v, want none", g)
+			}
+			mustCLI(t, 0, "check", "--db", db)
 		})
 	}
 }
