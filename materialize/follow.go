@@ -51,8 +51,8 @@ type FollowOptions struct {
 	// Status, if set, is kept up to date: positions applied, live marks,
 	// apply counters.
 	Status *FollowStatus
-	// Registry is the Schema Registry for a table whose definition decodes
-	// its keys or values (Spec.ValueFormat, Spec.KeyFormat).
+	// Registry is the Schema Registry for a Spec whose key or value format
+	// needs one (as Options.Decode.Registry for a rebuild).
 	Registry decode.Registry
 	Log      zerolog.Logger
 }
@@ -110,6 +110,16 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 	log := opts.Log.With().Str("table", table).Uint64("generation", meta.Generation).Logger()
 	a := &applier{opts: opts, table: table, gen: meta.Generation, cp: cp, log: log}
+	dc := decode.Config{Topic: opts.Spec.Topic, Key: opts.Spec.KeyFormat, Value: opts.Spec.ValueFormat,
+		OnBadRecord: opts.Spec.OnBadRecord, Registry: opts.Registry}
+	if dc.Active() {
+		// Keys and values are decoded as a rebuild of the table decodes
+		// them, so the fold sees the same canonical JSON.
+		if a.dec, err = decode.New(dc); err != nil {
+			return fmt.Errorf("follow table %q: %w", table, err)
+		}
+		defer a.dec.Close()
+	}
 
 	rc := opts.Replay
 	rc.Topic = opts.Spec.Topic
@@ -120,16 +130,6 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh}
 	if opts.Status != nil {
 		fc.Live = opts.Status.live
-	}
-	// Records are decoded as the rebuild decoded them, on the reader's
-	// goroutine, before the applier folds them.
-	var dec *decode.Decoder
-	if dc := (decode.Config{Topic: opts.Spec.Topic, Key: opts.Spec.KeyFormat, Value: opts.Spec.ValueFormat,
-		OnBadRecord: opts.Spec.OnBadRecord, Registry: opts.Registry}); dc.Active() {
-		if dec, err = decode.New(dc); err != nil {
-			return fmt.Errorf("follow table %q: %w", table, err)
-		}
-		defer dec.Close()
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -142,13 +142,6 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	go func() {
 		defer close(done)
 		rerr = replay.Follow(rctx, fc, func(b replay.FollowBatch) error {
-			if dec != nil {
-				out, err := dec.Decode(b.Records)
-				if err != nil {
-					return err
-				}
-				b.Records = out
-			}
 			select {
 			case in <- b:
 				return nil
@@ -209,6 +202,7 @@ type applier struct {
 	table string
 	gen   uint64
 	cp    checkpoint.Checkpoint
+	dec   *decode.Decoder // nil for raw keys and values
 	log   zerolog.Logger
 }
 
@@ -218,6 +212,22 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)
+	}
+	// Decoded before the transaction: a registry lookup must not hold
+	// the database's writer.
+	var skipped int64
+	if a.dec != nil {
+		before := a.dec.Skipped()
+		decoded := make([]replay.FollowBatch, len(batches))
+		for i, b := range batches {
+			out, err := a.dec.Decode(b.Records)
+			if err != nil {
+				return fmt.Errorf("follow table %q: %w", a.table, err)
+			}
+			decoded[i] = b
+			decoded[i].Records = out
+		}
+		batches, skipped = decoded, a.dec.Skipped()-before
 	}
 	last := batches[len(batches)-1]
 	lows := map[int32]int64{}
@@ -251,7 +261,7 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		}
 		return f.Finish(t)
 	}, func(m *store.TableMeta) error {
-		addStats(m, f.Stats())
+		addStats(m, withDecodeSkips(f.Stats(), skipped))
 		if isCount {
 			m.Empty = m.Empty && count.Empty()
 		} else {
@@ -277,6 +287,9 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 func followCheckpoint(cp checkpoint.Checkpoint, positions, lows map[int32]int64) checkpoint.Checkpoint {
 	out := cp
 	out.Partitions = slices.Clone(cp.Partitions)
+	// The positions are live: the ends are as of now (an update's
+	// tombstone-retention rule compares this with delete.retention.ms).
+	out.CapturedAt = time.Now().UTC()
 	idx := map[int32]int{}
 	for i, p := range out.Partitions {
 		idx[p.Partition] = i
@@ -555,5 +568,6 @@ func FollowRetriable(err error) bool {
 	if errors.Is(err, replay.ErrRecordsRemoved) || errors.Is(err, replay.ErrTopicNotFound) || errors.Is(err, replay.ErrBadStart) {
 		return false
 	}
-	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged)
+	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged) ||
+		errors.Is(err, decode.ErrUnavailable)
 }

@@ -495,6 +495,11 @@ func TestFollowReadsArePrefixes(t *testing.T) {
 		if _, err := broker.ProduceEach(context.Background(), r.topic, recs); err != nil {
 			t.Fatal(err)
 		}
+		if i == 19 {
+			// Half way, wait for the follower: at least two applies,
+			// whatever the machine's load lets it batch together.
+			r.awaitEnds(r.highs(parts))
+		}
 	}
 	r.awaitEnds(r.highs(parts))
 	close(stop)
@@ -662,5 +667,49 @@ func TestFollowAddedPartitions(t *testing.T) {
 	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFollowDecodesLikeRebuild: a followed table with value_format json
+// (and on_bad_record skip) decodes what it follows as a rebuild decodes
+// it: after following, its rows, records and skipped counts equal those of
+// a full rebuild over the same records into another file, and a value that
+// is not JSON is left out and counted as undecodable.
+func TestFollowDecodesLikeRebuild(t *testing.T) {
+	spec := materialize.Spec{Name: "json", ValueFormat: "json", OnBadRecord: fold.SkipBadRecords}
+	r := newFollowRig(t, 2, spec)
+	val := func(p int32, k, v string) localkafka.Record {
+		return localkafka.Record{Partition: p, Key: []byte(k), Value: []byte(v)}
+	}
+	r.produce([]localkafka.Record{val(0, "a", `{"n": 1, "b": [1, 2]}`), val(1, "b", `{ "z":"x","a":1.50 }`)})
+	r.rebuild()
+	r.follow()
+	r.produce([]localkafka.Record{val(0, "a", `{"b":  2,"a":{"y":1,"x":2}}`), val(1, "c", `not json`), val(1, "d", `[1,  2]`), val(0, "e", `"s"`)})
+	r.awaitEnds(r.highs(2))
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := r.rows()
+
+	other := newFollowRig(t, 2, spec)
+	other.topic, other.spec.Topic = r.topic, r.topic
+	other.rebuild()
+	want := other.rows()
+	if !cmp.Equal(got, want) {
+		t.Fatalf("followed (+) against rebuilt (-):\n%s", cmp.Diff(want, got))
+	}
+	if _, ok := got["c"]; ok || got["a"] != `{"a":{"x":2,"y":1},"b":2}` {
+		t.Fatalf("rows %v: want c left out and a's value canonical", got)
+	}
+	m, err := r.db.Table("json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wm, err := other.db.Table("json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Records != wm.Records || m.Skipped != wm.Skipped || m.SkippedByReason[fold.ReasonUndecodable] != 1 {
+		t.Fatalf("followed: records %d, skipped %d %v; rebuilt: records %d, skipped %d", m.Records, m.Skipped, m.SkippedByReason, wm.Records, wm.Skipped)
 	}
 }

@@ -267,7 +267,7 @@ func serveTables(cfg *config.Config) []serve.Table {
 			},
 		}
 		if t.Follow {
-			st.Follow = followTable(spec, t, brokers, props, registry, rebuild)
+			st.Follow = followTable(spec, t, brokers, props, registry, red, rebuild)
 		}
 		out = append(out, st)
 	}
@@ -295,15 +295,15 @@ func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 // followTable is the daemon's follow mode for table t (follow: true):
 // materialize.Follow with the config's connection, and the table's
 // rebuild with its catch-up.
-func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string, registry decode.Registry,
+func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string, registry decode.Registry, red *config.Redactor,
 	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.Follow {
 	return &serve.Follow{
 		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
 			err := materialize.Follow(ctx, materialize.FollowOptions{
-				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Log: log, Registry: registry,
+				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Registry: registry, Log: log,
 				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
 			})
-			return config.Scrub(err, props)
+			return red.Error(config.Scrub(err, props))
 		},
 		Rebuild:         rebuild,
 		MaxLag:          t.MaxLag,
