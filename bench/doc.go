@@ -33,6 +33,11 @@
 // KMATERIALIZE_BENCH_RECORDS and KMATERIALIZE_BENCH_KEYS change the topic's
 // size (for example 5000000 records and 5000000 keys, to check that the
 // rebuild's memory does not grow with the number of keys).
+// KMATERIALIZE_BENCH_FOLD=count measures the count fold instead: every
+// value is then a flat JSON event ({"id": the key, "g": one of 100 groups,
+// "pad": ...}, 100 bytes) and the rebuild runs with --fold count
+// --identity-field id --group-field g, so the topic has one distinct
+// identity per key. KMATERIALIZE_BENCH_KCAT=0 leaves kcat out.
 //
 // BenchmarkServeGet uses the same topic:
 //
@@ -52,4 +57,14 @@
 // KMATERIALIZE_BENCH_SERVE_RATE=N paces the clients at N requests per second
 // in all (default: each sends its next read when it has the answer), and
 // KMATERIALIZE_BENCH_DAEMON_GOMAXPROCS sets the daemon's GOMAXPROCS alone.
+//
+// BenchmarkUpdate (update_test.go) fills a topic of its own with 1,000,000
+// records (the same stream: 100,000 keys, 100-byte values), rebuilds it
+// once, adds 100,000 records (the stream continued, so they update keys the
+// table has), and then times in each round, each in its own process:
+// `kmaterialize update` from a copy of that table with the default
+// --memory (applied in place), the same with --memory 64MiB (merged into a
+// new generation), and a full rebuild of the 1,100,000 records:
+//
+//	go test -run '^$' -bench Update -benchtime 3x ./bench/
 package bench

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -25,6 +26,10 @@ var (
 	keyTopic         = []byte("topic")
 	keyEndMark       = []byte("end_mark")
 	bucketPartitions = []byte("partitions")
+	// keyCapturedAt and keyUpdates are absent in checkpoints saved before
+	// they existed: Load reads them as zero (unknown age, no update).
+	keyCapturedAt = []byte("captured_at")
+	keyUpdates    = []byte("updates")
 )
 
 const valueLen = 32 // four big-endian int64s
@@ -58,6 +63,14 @@ type Checkpoint struct {
 	// Partitions, sorted by partition number (Load returns them sorted;
 	// Save accepts any order).
 	Partitions []Partition
+	// CapturedAt is when the end marks were captured (the start of the
+	// rebuild or update that saved it); zero when unknown (an imported
+	// checkpoint, or one saved before this field existed). An update of a
+	// compacted topic compares it with delete.retention.ms.
+	CapturedAt time.Time
+	// Updates is how many updates followed the last full rebuild (0 after a
+	// rebuild or an import).
+	Updates int64
 }
 
 // Save replaces table's checkpoint with cp in tx, which must be writable.
@@ -83,6 +96,17 @@ func Save(tx *bolt.Tx, table string, cp Checkpoint) error {
 	}
 	if err := tb.Put(keyEndMark, []byte(cp.EndMark)); err != nil {
 		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+	}
+	if !cp.CapturedAt.IsZero() {
+		v := binary.BigEndian.AppendUint64(nil, uint64(cp.CapturedAt.UnixNano()))
+		if err := tb.Put(keyCapturedAt, v); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+		}
+	}
+	if cp.Updates > 0 {
+		if err := tb.Put(keyUpdates, binary.BigEndian.AppendUint64(nil, uint64(cp.Updates))); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+		}
 	}
 	pb, err := tb.CreateBucket(bucketPartitions)
 	if err != nil {
@@ -118,6 +142,9 @@ func validate(table string, cp Checkpoint) error {
 	}
 	if cp.EndMark != EndHigh && cp.EndMark != EndStable {
 		return bad("end mark %q is neither %q nor %q", cp.EndMark, EndHigh, EndStable)
+	}
+	if cp.Updates < 0 {
+		return bad("negative update count %d", cp.Updates)
 	}
 	seen := make(map[int32]bool, len(cp.Partitions))
 	for _, p := range cp.Partitions {
@@ -155,6 +182,18 @@ func Load(tx *bolt.Tx, table string) (cp Checkpoint, ok bool, err error) {
 	}
 	cp.Topic = string(tb.Get(keyTopic))
 	cp.EndMark = string(tb.Get(keyEndMark))
+	if v := tb.Get(keyCapturedAt); v != nil {
+		if len(v) != 8 {
+			return Checkpoint{}, false, corrupt("captured_at has %d bytes, want 8", len(v))
+		}
+		cp.CapturedAt = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
+	}
+	if v := tb.Get(keyUpdates); v != nil {
+		if len(v) != 8 {
+			return Checkpoint{}, false, corrupt("updates has %d bytes, want 8", len(v))
+		}
+		cp.Updates = int64(binary.BigEndian.Uint64(v))
+	}
 	pb := tb.Bucket(bucketPartitions)
 	if pb == nil {
 		return Checkpoint{}, false, corrupt("no partitions bucket")
@@ -195,3 +234,8 @@ func Delete(tx *bolt.Tx, table string) error {
 	}
 	return nil
 }
+
+// Validate reports (wrapping ErrInvalid) what Save would refuse in cp, for a
+// caller that checks a checkpoint from elsewhere (an imported document)
+// before it starts work.
+func Validate(table string, cp Checkpoint) error { return validate(table, cp) }

@@ -21,6 +21,10 @@
 //
 //	topic        -> the topic name (UTF-8)
 //	end_mark     -> "high" or "stable"
+//	captured_at  -> when the end marks were captured: Unix nanoseconds,
+//	                big-endian int64; absent when unknown (imported)
+//	updates      -> updates since the last full rebuild, big-endian
+//	                int64; absent for 0
 //	partitions/  -> 4-byte big-endian partition number ->
 //	                32 bytes: Low, Start, High, End, each a big-endian int64
 //

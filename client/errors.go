@@ -19,6 +19,7 @@ const (
 	CodeTableNotFound      = "table_not_found"
 	CodeTableNotReady      = "table_not_ready"
 	CodeTableNotConfigured = "table_not_configured"
+	CodeTableConfigured    = "table_configured"
 	CodeKeyNotFound        = "key_not_found"
 	CodeGenerationGone     = "generation_gone"
 	CodeNotUTF8            = "not_utf8"

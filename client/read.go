@@ -48,6 +48,11 @@ const (
 type RowsOptions struct {
 	// Prefix keeps only keys that start with it.
 	Prefix []byte
+	// From keeps only keys at or above it (inclusive); To only keys
+	// below it (exclusive). Both combine with Prefix.
+	From, To []byte
+	// KeysOnly asks for keys without values: Row.Value is nil.
+	KeysOnly bool
 	// Limit is the most rows to return in all; 0 is no limit.
 	Limit int
 	// PageSize is the rows per request: 0 is DefaultPageSize, more than
@@ -88,6 +93,15 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 		if len(o.Prefix) > 0 {
 			q.Set("prefix", string(o.Prefix))
 		}
+		if len(o.From) > 0 {
+			q.Set("from", string(o.From))
+		}
+		if len(o.To) > 0 {
+			q.Set("to", string(o.To))
+		}
+		if o.KeysOnly {
+			q.Set("keys_only", "1")
+		}
 		if after != nil {
 			q.Set("after", string(after))
 		}
@@ -105,7 +119,7 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 			limit = o.Limit - n
 		}
 		q.Set("limit", strconv.Itoa(limit))
-		more, last, rows, pageGen, err := c.rowsPage(ctx, path, q, o.Base64, fn)
+		more, last, rows, pageGen, err := c.rowsPage(ctx, path, q, o.Base64, o.KeysOnly, fn)
 		if err != nil {
 			return gen, err
 		}
@@ -121,7 +135,7 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 }
 
 // rowsPage reads one page, calling fn for each row.
-func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64 bool, fn func(Row) error) (more bool, last []byte, n int, gen uint64, err error) {
+func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64, keysOnly bool, fn func(Row) error) (more bool, last []byte, n int, gen uint64, err error) {
 	resp, err := c.do(ctx, http.MethodGet, path, q)
 	if err != nil {
 		return false, nil, 0, 0, err
@@ -137,7 +151,7 @@ func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64 bo
 			if line[len(line)-1] != '\n' {
 				return false, nil, n, gen, fmt.Errorf("GET %s: the page ends inside a line: %w", path, io.ErrUnexpectedEOF)
 			}
-			row, err := parseRow(line, b64)
+			row, err := parseRow(line, b64, keysOnly)
 			if err != nil {
 				return false, nil, n, gen, fmt.Errorf("GET %s: line %d: %w", path, n+1, err)
 			}
@@ -157,20 +171,30 @@ func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64 bo
 	return resp.Header.Get(HeaderMore) == "true", last, n, gen, nil
 }
 
-// parseRow decodes one {"key": ..., "value": ...} line.
-func parseRow(line []byte, b64 bool) (Row, error) {
+// parseRow decodes one {"key": ..., "value": ...} line, or a {"key": ...}
+// line when keysOnly.
+func parseRow(line []byte, b64, keysOnly bool) (Row, error) {
 	var r struct {
 		Key   *string `json:"key"`
 		Value *string `json:"value"`
 	}
-	if err := json.Unmarshal(line, &r); err != nil || r.Key == nil || r.Value == nil {
+	if err := json.Unmarshal(line, &r); err != nil || r.Key == nil || (r.Value == nil) != keysOnly {
+		if keysOnly {
+			return Row{}, fmt.Errorf("not a {key} line: %q", bytes.TrimSpace(line))
+		}
 		return Row{}, fmt.Errorf("not a {key, value} line: %q", bytes.TrimSpace(line))
 	}
-	row := Row{Key: []byte(*r.Key), Value: []byte(*r.Value), Line: line}
+	row := Row{Key: []byte(*r.Key), Line: line}
+	if !keysOnly {
+		row.Value = []byte(*r.Value)
+	}
 	if b64 {
 		var err error
 		if row.Key, err = base64.StdEncoding.DecodeString(*r.Key); err != nil {
 			return Row{}, fmt.Errorf("key %q: %w", *r.Key, err)
+		}
+		if keysOnly {
+			return row, nil
 		}
 		if row.Value, err = base64.StdEncoding.DecodeString(*r.Value); err != nil {
 			return Row{}, fmt.Errorf("value of key %q: %w", *r.Key, err)
@@ -210,4 +234,93 @@ func (c *Client) Export(ctx context.Context, table string, o ExportOptions, w io
 		return gen, fmt.Errorf("GET %s: %w", path, err)
 	}
 	return gen, nil
+}
+
+// CountOptions select the rows Count counts: as RowsOptions' Prefix, From
+// and To. The zero value counts every row.
+type CountOptions struct {
+	Prefix, From, To []byte
+}
+
+// Count returns the number of rows of table in the range o selects and the
+// generation they were counted in (GET /v1/tables/{table}/count).
+func (c *Client) Count(ctx context.Context, table string, o CountOptions) (n int64, gen uint64, err error) {
+	path := tablePath(table, "/count")
+	q := url.Values{}
+	for name, v := range map[string][]byte{"prefix": o.Prefix, "from": o.From, "to": o.To} {
+		if len(v) > 0 {
+			q.Set(name, string(v))
+		}
+	}
+	resp, err := c.do(ctx, http.MethodGet, path, q)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Count      *int64 `json:"count"`
+		Generation uint64 `json:"generation"`
+	}
+	if err := decode(resp, http.MethodGet, path, &out); err != nil {
+		return 0, 0, err
+	}
+	if out.Count == nil || out.Generation == 0 {
+		return 0, 0, fmt.Errorf("GET %s: the answer has no count or no generation", path)
+	}
+	return *out.Count, out.Generation, nil
+}
+
+// getManyAttempts is how many times GetMany starts over when a publish
+// happens while it asks.
+const getManyAttempts = 3
+
+// GetMany returns the values of keys in table, all from one generation,
+// which it returns: values[i] is nil when keys[i] is absent (or a key the
+// daemon refuses, empty or over bbolt's limit, which no table holds). It
+// asks key by key, and starts over when the published generation changed
+// meanwhile (generations only grow, so the same one before and after means
+// no publish between); after getManyAttempts it fails with an *Error of
+// CodeGenerationGone.
+func (c *Client) GetMany(ctx context.Context, table string, keys [][]byte) (values [][]byte, gen uint64, err error) {
+	for attempt := 1; ; attempt++ {
+		t, err := c.Table(ctx, table)
+		if err != nil {
+			return nil, 0, err
+		}
+		if t.Generation == 0 {
+			// Not published: the read of a key says so, with its code.
+			_, _, err := c.Get(ctx, table, []byte("k"))
+			if err == nil {
+				err = fmt.Errorf("table %q has no published generation", table)
+			}
+			return nil, 0, err
+		}
+		values = make([][]byte, len(keys))
+		same := true
+		for i, k := range keys {
+			v, g, err := c.Get(ctx, table, k)
+			switch {
+			case IsCode(err, CodeKeyNotFound), IsCode(err, CodeBadKey):
+				continue
+			case err != nil:
+				return nil, 0, err
+			}
+			if v == nil {
+				v = []byte{}
+			}
+			values[i] = v
+			same = same && g == t.Generation
+		}
+		after, err := c.Table(ctx, table)
+		if err != nil {
+			return nil, 0, err
+		}
+		if same && after.Generation == t.Generation {
+			return values, t.Generation, nil
+		}
+		if attempt == getManyAttempts {
+			return nil, 0, &Error{Method: http.MethodGet, Path: tablePath(table, "/keys/"), Status: http.StatusConflict, Code: CodeGenerationGone,
+				Message: fmt.Sprintf("table %q was published %d times while its keys were read; ask again", table, attempt)}
+		}
+	}
 }

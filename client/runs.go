@@ -48,3 +48,46 @@ func (c *Client) Rebuild(ctx context.Context, table string, wait bool) (RebuildR
 	r.Done = resp.StatusCode == http.StatusOK
 	return r, nil
 }
+
+// UpdateResult is the answer to an update request: how the run ended.
+type UpdateResult struct {
+	Run uint64 `json:"run"`
+	// ExitCode is the exit code `kmaterialize update` would have given: 0
+	// when the run published.
+	ExitCode int `json:"exit_code"`
+	// Error is the run's error, "" when it published.
+	Error string `json:"error"`
+	// Generation is the generation published by the run, or (when it
+	// failed) the one still served.
+	Generation uint64 `json:"generation"`
+	// Mode is how the table changed: "in-place", "merged" or "rebuilt".
+	Mode    string `json:"mode"`
+	Keys    int64  `json:"keys"`
+	Records int64  `json:"records"` // new records the update read
+	Updates int64  `json:"updates"` // updates since the last full rebuild
+}
+
+// Update asks the daemon to update table incrementally from its checkpoint
+// (POST /v1/tables/{table}/update), with the table's stored definition and
+// the daemon's brokers, and waits for the run to end. With
+// rebuildIfNeeded, a checkpoint that cannot be continued runs a full
+// rebuild instead of failing with exit code 4. A run of the table already
+// going is an *Error of CodeRunInProgress (409). On the TCP listener it
+// needs the admin token (DialURL), else CodeForbidden (403).
+func (c *Client) Update(ctx context.Context, table string, rebuildIfNeeded bool) (UpdateResult, error) {
+	path := tablePath(table, "/update")
+	var q url.Values
+	if rebuildIfNeeded {
+		q = url.Values{"rebuild_if_needed": {"1"}}
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, q)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	defer resp.Body.Close()
+	var r UpdateResult
+	if err := decode(resp, http.MethodPost, path, &r); err != nil {
+		return UpdateResult{}, err
+	}
+	return r, nil
+}

@@ -34,6 +34,11 @@ type Table struct {
 	// EndMark is "high" or "stable": what Partition.High is.
 	EndMark    string      `json:"end_mark"`
 	Partitions []Partition `json:"partitions"`
+	// UpdatesSinceRebuild is how many incremental updates followed the
+	// last full rebuild; CheckpointCapturedAt is when the checkpoint's
+	// end marks were captured (zero: unknown, an imported table).
+	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
+	CheckpointCapturedAt time.Time `json:"checkpoint_captured_at"`
 
 	// LastError is the last run's failure, nil when it succeeded.
 	LastError *LastError `json:"last_error"`

@@ -22,4 +22,16 @@
 // appear in errors, logs or JSON: Properties and Secret
 // redact themselves in String, MarshalJSON and zerolog output, and Scrub
 // removes secret property values from an error's message.
+//
+// Config.Secrets finds every secret of a loaded config by type: each
+// Secret field and each secret-named Properties value, wherever it sits.
+// A section added to the file opts its credentials in with one line, by
+// declaring the field as Secret (e.g. SchemaRegistry.Password Secret,
+// filled with Secret(expanded)). The CLI and the daemon hand Secrets (and
+// the -F and -X secrets) to a Redactor, which removes the values from
+// every line written to stderr, the final error and the daemon's stored
+// run errors: text that libraries shape, such as a librdkafka message
+// quoting a value.
+//
+// LoadProperties reads a kcat-style properties file (-F).
 package config

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 // Config describes one copy. Zero values mean the documented defaults.
@@ -35,9 +37,16 @@ type Config struct {
 	// offsets, commit, abort); a timed-out attempt is retried until
 	// StallTimeout. Default 10s.
 	CallTimeout time.Duration
-	// ProgressInterval is how often progress is logged. Default 5s.
+	// ProgressInterval is how often progress is logged, or handed to
+	// Progress when set. Default 5s.
 	ProgressInterval time.Duration
-	Log              zerolog.Logger
+	// Progress, if set, is called from the copy's loop every
+	// ProgressInterval, and once when the copy ends, with the position of
+	// each source partition this copier is assigned against its end (the
+	// end offset captured at start; with Follow, the high watermark the
+	// consumer last saw). It replaces the copy's own progress log line.
+	Progress func(replay.Progress)
+	Log      zerolog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -78,5 +87,9 @@ type Summary struct {
 	// between the group's committed offset and the copy (each gap is
 	// logged with its offsets).
 	SkippedByRetention int64 `json:"skipped_by_retention,omitempty"`
-	ElapsedMs          int64 `json:"elapsed_ms"`
+	// EOFRereads counts records that the consumer had passed with a
+	// partition EOF without delivering them, found by the re-read that
+	// verifies every such EOF, and copied (each is logged).
+	EOFRereads int64 `json:"eof_rereads,omitempty"`
+	ElapsedMs  int64 `json:"elapsed_ms"`
 }

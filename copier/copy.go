@@ -3,6 +3,7 @@ package copier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ type copyRun struct {
 	parts      map[int32]*partition // the assigned source partitions
 
 	sum      Summary
+	started  time.Time
 	progress time.Time // last time records were copied or offsets committed
 	failed   error     // set by the rebalance callback
 
@@ -54,13 +56,16 @@ type copyRun struct {
 func Run(ctx context.Context, c Config) (Summary, error) {
 	c = c.withDefaults()
 	started := time.Now()
-	r := &copyRun{c: c, log: c.Log, parts: map[int32]*partition{}}
+	r := &copyRun{c: c, log: c.Log, parts: map[int32]*partition{}, started: started}
 	r.sum = Summary{From: c.From, To: c.To, Group: c.Group, Committed: !c.Abort}
 	var wg sync.WaitGroup
 	defer wg.Wait() // log forwarders end when the clients close
 	err := r.open(ctx, &wg)
 	if err == nil {
 		err = r.loop(ctx)
+		if r.c.Progress != nil {
+			r.c.Progress(r.snapshot())
+		}
 	}
 	if errors.Is(err, ErrFenced) || errors.Is(err, ErrFatal) {
 		// A newer copier with our group.instance.id may fence the
@@ -108,9 +113,12 @@ func (r *copyRun) loop(ctx context.Context) error {
 			}
 		case kafka.PartitionEOF:
 			// The position passes control records and aborted batches
-			// without a record: commit it so the group reaches the end.
+			// without a record: commit it so the group reaches the end,
+			// once a re-read has confirmed it (partitionEOF).
 			if p := r.parts[e.Partition]; p != nil {
-				p.reachedEOF(int64(e.Offset))
+				if err := r.partitionEOF(p, int64(e.Offset)); err != nil {
+					return err
+				}
 			}
 		case kafka.Error:
 			if err := r.consumerError(e); err != nil {
@@ -133,12 +141,7 @@ func (r *copyRun) loop(ctx context.Context) error {
 		}
 		if time.Since(lastLog) >= r.c.ProgressInterval {
 			lastLog = time.Now()
-			pos := map[int32]int64{}
-			for id, p := range r.parts {
-				pos[id] = p.pos
-			}
-			r.log.Info().Int64("records", r.sum.Records).Int64("transactions", r.sum.Transactions).
-				Interface("positions", pos).Msg("progress")
+			r.reportProgress()
 		}
 		if r.c.Follow || r.inTxn || time.Since(lastCheck) < 200*time.Millisecond {
 			continue
@@ -167,7 +170,14 @@ func (r *copyRun) copyRecord(ctx context.Context, m *kafka.Message) error {
 	}
 	// Taken before the produce: if it fails, the abort rewinds this
 	// partition even when it has nothing else in the transaction.
-	p.take(off)
+	if eof := p.take(off); eof >= 0 {
+		// The re-read that verifies an EOF delivered a record below it:
+		// the first EOF had passed a record that never reached us.
+		r.sum.EOFRereads++
+		r.log.Warn().Str("topic", r.c.From).Int32("partition", p.id).Int64("offset", off).Int64("eof_offset", eof).
+			Msgf("the consumer reported the end of %s/%d at offset %d before delivering the record at offset %d; the re-read delivered it, copying it",
+				r.c.From, p.id, eof, off)
+	}
 	out := &kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &r.c.To, Partition: p.id},
 		Key:            m.Key,
@@ -191,6 +201,28 @@ func (r *copyRun) copyRecord(ctx context.Context, m *kafka.Message) error {
 		return r.txnFailure(ctx, "produce", err)
 	}
 	r.batch++
+	return nil
+}
+
+// partitionEOF handles the consumer's end-of-partition event at off (see
+// partition.reachedEOF): an EOF that passed offsets without a record sends
+// the consumer back to re-read them before the position may move there.
+// librdkafka purges what it fetched of the partition at a seek, so the
+// re-read starts at from and its EOF is a fresh one.
+func (r *copyRun) partitionEOF(p *partition, off int64) error {
+	from, verify := p.reachedEOF(off)
+	if !verify {
+		return nil
+	}
+	to := kafka.Offset(from)
+	if from < 0 {
+		to = kafka.OffsetBeginning // where auto.offset.reset=earliest began
+	}
+	r.log.Debug().Str("topic", r.c.From).Int32("partition", p.id).Int64("from", from).Int64("eof_offset", off).
+		Msg("partition EOF past offsets without a record: re-reading them before committing past them")
+	if err := r.cons.Seek(kafka.TopicPartition{Topic: &r.c.From, Partition: p.id, Offset: to}, 0); err != nil {
+		return fmt.Errorf("re-read %s/%d from %s to verify a partition EOF at %d: %w", r.c.From, p.id, to, off, err)
+	}
 	return nil
 }
 

@@ -12,6 +12,13 @@
 // isolation.level=read_committed; ordering is kept per partition (each record
 // keeps its partition number) or, with Repartition, per key.
 //
+// A partition's committed offset moves past a record only when the record
+// was produced in the committing transaction. Offsets that hold no record
+// for a read_committed reader (transaction markers, aborted batches) are
+// passed on a partition EOF, and only after a re-read from the last record
+// reached an EOF again without a record: one EOF never suffices to commit
+// past a record the consumer did not deliver.
+//
 // The transactional.id is used exactly as given: a restarted or duplicate
 // copier with the same id fences the old one, whose next transactional call
 // fails; the fenced copier stops with ErrFenced and never retries into

@@ -109,3 +109,17 @@ func (s *skips) reasons() map[string]int64 {
 func keyTooLarge(what string, n int) string {
 	return fmt.Sprintf("%s is %d bytes, over the %d-byte key limit", what, n, MaxKeySize)
 }
+
+// MarshalText returns "fail" or "skip", so a stored table definition reads
+// as the config file spells it.
+func (o OnBadRecord) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// UnmarshalText parses "fail" or "skip" (ParseOnBadRecord).
+func (o *OnBadRecord) UnmarshalText(b []byte) error {
+	v, err := ParseOnBadRecord(string(b))
+	if err != nil {
+		return err
+	}
+	*o = v
+	return nil
+}

@@ -78,6 +78,18 @@ type CountConfig struct {
 // identity and counters are in memory, so memory does not grow with the
 // number of identities.
 //
+// # Sorting externally
+//
+// A rebuild does not fold into the on-disk index record by record (random
+// inserts into a tree that spans every identity): it calls SortExternally,
+// and Fold then keeps the identities in memory, up to a byte budget
+// (held.go); the caller spills them as sorted runs (Full, Sorted, Reset)
+// and at the end merges the runs and the held identities into the index in
+// identity order, calling CombineIdentities once per identity with all of
+// its runs' entries. The counts, the duplicates and the conflicts are
+// counted during that merge, and Finish then writes the rows. The index is
+// the same as a record-by-record fold's, so later increments read it alike.
+//
 // A Count is not safe for concurrent use.
 type Count struct {
 	cfg     CountConfig
@@ -89,16 +101,38 @@ type Count struct {
 	records, logical, duplicates, conflicts int64
 	minConflict                             []byte // smallest conflicting identity; nil if none
 
-	content []byte // reused canonical-content buffer
-	entries []byte // reused copy of an index value
+	content []byte         // reused canonical-content buffer
+	entries []byte         // reused copy of an index value
+	flat    flatEvent      // the fast path of a record
+	obj     map[string]any // the general path's object, until its content is appended
+
+	// Sorting externally (SortExternally): held maps an identity to its
+	// entries with their groups (heldEntryLen each); groups are numbered
+	// in gids.
+	held           *held
+	budget         int
+	groups         []string
+	gids           map[string]uint32
+	folded, pairs  int64    // records held; distinct (identity, content) pairs merged
+	first, second  Position // of minConflict, found by the merge
+	merged, outBuf []byte   // CombineIdentities' buffers
+	combined       bool     // CombineIdentities has run
 }
 
-// identityIndex is the name of Count's on-disk identity index.
-const identityIndex = "identity"
+// IdentityIndex is the name of Count's on-disk identity index, the
+// fold-private namespace (Table.Index) a caller merges its sorted runs into
+// (SortExternally).
+const IdentityIndex = "identity"
+
+const identityIndex = IdentityIndex
 
 const (
 	hashLen  = sha256.Size
 	entryLen = hashLen + 4 + 8
+	// heldEntryLen is an entry as held in memory and in runs: the index's
+	// entry and the content's group number (4 bytes), since the content
+	// includes the group.
+	heldEntryLen = entryLen + 4
 )
 
 // NewCount returns a "count" fold for cfg. It returns an error when a
@@ -200,17 +234,137 @@ func (c *Count) Params() map[string]string {
 	return p
 }
 
+// SortExternally switches c to sorting externally (see "Sorting
+// externally" on Count): Fold keeps the identities in memory and never
+// uses its Table (which may be nil); budget bounds the bytes held before
+// Full reports true. Call it before the first Fold.
+func (c *Count) SortExternally(budget int) {
+	c.held = newHeld()
+	c.budget = budget
+	c.gids = make(map[string]uint32)
+}
+
+// Full reports whether the identities held reach the budget given to
+// SortExternally.
+func (c *Count) Full() bool { return c.held.bytes >= c.budget }
+
+// Sorted returns the held identities in ascending order, each with its
+// entries as CombineIdentities reads them. They stay held until Reset; do
+// not call Fold while reading them.
+func (c *Count) Sorted() *Rows { return &Rows{es: c.held.sorted(), held: c.held} }
+
+// Reset forgets the held identities, after the caller has stored them.
+func (c *Count) Reset() { c.held.reset() }
+
+// CombineIdentities is the merge's combine of one identity (in ascending
+// identity order, once per identity): values are its entries from each
+// run and from Sorted, oldest first. It returns the identity's index
+// entry (a content seen in several runs once, at its lowest position) and
+// counts the identity: a logical event toward the group of its lowest
+// position, duplicates, and a conflict when it has two contents. The
+// result is valid until the next call.
+func (c *Count) CombineIdentities(identity []byte, values [][]byte) ([]byte, error) {
+	c.combined = true
+	m := c.merged[:0]
+	for _, v := range values {
+		if len(v) == 0 || len(v)%heldEntryLen != 0 {
+			return nil, fmt.Errorf("count fold: held entry for identity %q has %d bytes, not a multiple of %d", identity, len(v), heldEntryLen)
+		}
+	next:
+		for e := 0; e < len(v); e += heldEntryLen {
+			for o := 0; o < len(m); o += heldEntryLen {
+				if bytes.Equal(m[o:o+hashLen], v[e:e+hashLen]) {
+					if entryPos(v[e:]).Compare(entryPos(m[o:])) < 0 {
+						copy(m[o:o+heldEntryLen], v[e:e+heldEntryLen])
+					}
+					continue next
+				}
+			}
+			m = append(m, v[e:e+heldEntryLen]...)
+		}
+	}
+	c.merged = m
+	contents := len(m) / heldEntryLen
+	c.pairs += int64(contents)
+	c.logical++
+	low := 0
+	for o := heldEntryLen; o < len(m); o += heldEntryLen {
+		if entryPos(m[o:]).Compare(entryPos(m[low:])) < 0 {
+			low = o
+		}
+	}
+	c.counts[c.groups[binary.BigEndian.Uint32(m[low+entryLen:])]]++
+	if contents > 1 {
+		c.conflicts++
+		if c.minConflict == nil { // the merge goes in identity order: the first is the smallest
+			c.minConflict = bytes.Clone(identity)
+			second := -1
+			for o := 0; o < len(m); o += heldEntryLen {
+				if o != low && (second < 0 || entryPos(m[o:]).Compare(entryPos(m[second:])) < 0) {
+					second = o
+				}
+			}
+			c.first, c.second = entryPos(m[low:]), entryPos(m[second:])
+		}
+	}
+	out := c.outBuf[:0]
+	for o := 0; o < len(m); o += heldEntryLen {
+		out = append(out, m[o:o+entryLen]...)
+	}
+	c.outBuf = out
+	return out, nil
+}
+
+// hold records one checked record's identity in memory (SortExternally).
+func (c *Count) hold(key, group []byte, sum *[hashLen]byte, pos Position) {
+	gid, ok := c.gids[string(group)]
+	if !ok {
+		gid = uint32(len(c.groups))
+		c.groups = append(c.groups, string(group))
+		c.gids[string(group)] = gid
+	}
+	c.folded++
+	old, found := c.held.get(key)
+	if !found {
+		c.entries = appendHeldEntry(c.entries[:0], sum[:], pos, gid)
+		c.held.put(key, c.entries)
+		return
+	}
+	// old is only valid until the next put: work on a copy.
+	c.entries = append(c.entries[:0], old...)
+	for e := 0; e < len(c.entries); e += heldEntryLen {
+		if !bytes.Equal(c.entries[e:e+hashLen], sum[:]) {
+			continue
+		}
+		if pos.Compare(entryPos(c.entries[e:])) < 0 {
+			putEntryPos(c.entries[e:], pos)
+			c.held.put(key, c.entries)
+		}
+		return
+	}
+	c.entries = appendHeldEntry(c.entries, sum[:], pos, gid)
+	c.held.put(key, c.entries)
+}
+
+func appendHeldEntry(b, sum []byte, p Position, gid uint32) []byte {
+	return binary.BigEndian.AppendUint32(appendEntry(b, sum, p), gid)
+}
+
 // Fold reads each record of batch, checks it, and records its identity in
-// the on-disk index. It returns a *DataError at the first record it cannot
-// fold, and a wrapped Table error if the index cannot be read or written;
-// conflicts are reported by Finish.
+// the on-disk index (or, sorting externally, in memory). It returns a
+// *DataError at the first record it cannot fold, and a wrapped Table error
+// if the index cannot be read or written; conflicts are reported by
+// Finish.
 func (c *Count) Fold(t Table, batch []Record) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	idx, err := t.Index(identityIndex)
-	if err != nil {
-		return fmt.Errorf("count fold: open the identity index: %w", err)
+	var idx KV
+	if c.held == nil {
+		var err error
+		if idx, err = t.Index(identityIndex); err != nil {
+			return fmt.Errorf("count fold: open the identity index: %w", err)
+		}
 	}
 	for i := range batch {
 		c.records++
@@ -226,6 +380,34 @@ func (c *Count) Fold(t Table, batch []Record) error {
 	return nil
 }
 
+// decode is the general path of fold (flatEvent is the fast one): it
+// decodes any JSON value, and returns the identity and group texts, or a
+// *DataError (without position: fold adds it). It leaves the object in
+// c.obj and no content: fold appends it after its own checks.
+func (c *Count) decode(value []byte) (identity, group, content []byte, err error) {
+	dataErr := func(reason string, err error) error {
+		return &DataError{Kind: ReasonUndecodable, Reason: reason, Err: err}
+	}
+	v, err := decodeJSON(value)
+	if err != nil {
+		return nil, nil, nil, dataErr("value is not JSON", err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, nil, nil, dataErr(fmt.Sprintf("value is a JSON %s, not an object", jsonType(v)), nil)
+	}
+	id, err := fieldText(obj, c.cfg.IdentityField)
+	if err != nil {
+		return nil, nil, nil, dataErr(err.Error(), nil)
+	}
+	g, err := fieldText(obj, c.cfg.GroupField)
+	if err != nil {
+		return nil, nil, nil, dataErr(err.Error(), nil)
+	}
+	c.obj = obj
+	return []byte(id), []byte(g), nil, nil
+}
+
 // fold counts one record. A *DataError it returns has changed nothing:
 // every check comes before the first index write.
 func (c *Count) fold(idx KV, r *Record) error {
@@ -236,21 +418,19 @@ func (c *Count) fold(idx KV, r *Record) error {
 	if r.Value == nil {
 		return dataErr("value is null", nil)
 	}
-	v, err := decodeJSON(r.Value)
-	if err != nil {
-		return dataErr("value is not JSON", err)
-	}
-	obj, ok := v.(map[string]any)
+	identity, group, content, ok := c.flat.parse(r.Value, c.cfg.IdentityField, c.cfg.GroupField, c.ignore, c.content[:0])
 	if !ok {
-		return dataErr(fmt.Sprintf("value is a JSON %s, not an object", jsonType(v)), nil)
+		var err error
+		if identity, group, content, err = c.decode(r.Value); err != nil {
+			var de *DataError
+			if errors.As(err, &de) {
+				de.Topic, de.Partition, de.Offset = c.cfg.Topic, r.Partition, r.Offset
+			}
+			return err
+		}
 	}
-	identity, err := fieldText(obj, c.cfg.IdentityField)
-	if err != nil {
-		return dataErr(err.Error(), nil)
-	}
-	group, err := fieldText(obj, c.cfg.GroupField)
-	if err != nil {
-		return dataErr(err.Error(), nil)
+	if content != nil {
+		c.content = content
 	}
 	if len(identity) > MaxKeySize || len(group) > MaxKeySize {
 		kind = ReasonKeyTooLarge
@@ -259,18 +439,26 @@ func (c *Count) fold(idx KV, r *Record) error {
 		}
 		return dataErr(keyTooLarge(fmt.Sprintf("field %q", c.cfg.GroupField), len(group)), nil)
 	}
-	if c.catalog != nil && !c.catalog[group] && !c.cfg.AllowUnknownGroups {
+	if c.catalog != nil && !c.catalog[string(group)] && !c.cfg.AllowUnknownGroups {
 		kind = ReasonUnknownGroup
 		return dataErr(fmt.Sprintf("group %q is not in the catalog (use --allow-unknown-groups to accept it)", group), nil)
 	}
-	c.content, err = appendObject(c.content[:0], obj, c.ignore)
-	if err != nil {
-		kind = ReasonUndecodable
-		return dataErr("value has an unreadable number", err)
+	if content == nil {
+		// The general path defers the content to here: an unreadable
+		// number is reported after the checks above.
+		var err error
+		if c.content, err = appendObject(c.content[:0], c.obj, c.ignore); err != nil {
+			kind = ReasonUndecodable
+			return dataErr("value has an unreadable number", err)
+		}
 	}
 	sum := sha256.Sum256(c.content)
 	pos := Position{r.Partition, r.Offset}
-	key := []byte(identity)
+	key := identity
+	if c.held != nil {
+		c.hold(key, group, &sum, pos)
+		return nil
+	}
 
 	old, err := idx.Get(key)
 	if err != nil {
@@ -283,7 +471,7 @@ func (c *Count) fold(idx KV, r *Record) error {
 			return fmt.Errorf("count fold: write identity %q to the index: %w", identity, err)
 		}
 		c.logical++
-		c.counts[group]++
+		c.counts[string(group)]++
 		return nil
 	}
 	if len(old) == 0 || len(old)%entryLen != 0 {
@@ -309,7 +497,7 @@ func (c *Count) fold(idx KV, r *Record) error {
 	if len(c.entries) == entryLen {
 		c.conflicts++
 		if c.minConflict == nil || bytes.Compare(key, c.minConflict) < 0 {
-			c.minConflict = key
+			c.minConflict = bytes.Clone(key) // key is the record's bytes
 		}
 	}
 	c.entries = appendEntry(c.entries, sum[:], pos)
@@ -322,7 +510,19 @@ func (c *Count) fold(idx KV, r *Record) error {
 // Finish returns a *ConflictError if any identity had two contents, and
 // otherwise writes one row per group: every catalog group and every group
 // seen, in ascending order, with its count as a decimal string.
+//
+// Sorting externally, Finish comes after the merge (CombineIdentities), and
+// refuses to run before it while identities were held.
 func (c *Count) Finish(t Table) error {
+	if c.held != nil {
+		if c.folded > 0 && !c.combined {
+			return errors.New("count fold: Finish before the held identities were merged (CombineIdentities)")
+		}
+		if c.minConflict != nil {
+			return &ConflictError{Topic: c.cfg.Topic, Field: c.cfg.IdentityField, Identity: string(c.minConflict),
+				First: c.first, Second: c.second, Identities: c.conflicts}
+		}
+	}
 	if c.minConflict != nil {
 		return c.conflictError(t)
 	}
@@ -390,6 +590,10 @@ func (c *Count) conflictError(t Table) error {
 // and "conflicts" (identities with more than one content). None of them
 // depend on the order partitions are read in.
 func (c *Count) Stats() Stats {
+	if c.held != nil {
+		// Every record held is a new pair or a duplicate of one.
+		c.duplicates = c.folded - c.pairs
+	}
 	return Stats{
 		Records:         c.records,
 		Skipped:         c.skips.total,

@@ -26,8 +26,9 @@ type held struct {
 	seed   maphash.Seed
 }
 
-// slot is one index entry: where the key's latest entry is, and the low
-// bits of the key's hash to skip most key comparisons.
+// slot is one index entry: where the key's latest entry is, and 32 bits of
+// the key's hash, which place the slot (its low bits) and skip most key
+// comparisons (the rest), so that growing the index needs no rehashing.
 type slot struct {
 	hash  uint32
 	chunk uint32 // chunk index + 1; 0: empty
@@ -45,8 +46,8 @@ const (
 
 // heldOverhead is the per-key bookkeeping counted against the budget: the
 // entry header, two index slots (the index is at most half full) and the
-// sort entry of a spill.
-const heldOverhead = entryHdr + 2*12 + 24 // header, slots, sortEntry
+// sort entry of a spill and its radix sort's second buffer.
+const heldOverhead = entryHdr + 2*12 + 2*24 // header, slots, sortEntry x2
 
 func newHeld() *held { return &held{seed: maphash.MakeSeed()} }
 
@@ -55,7 +56,7 @@ func (h *held) put(key, value []byte) {
 	if len(h.slots) == 0 {
 		h.slots = make([]slot, minSlots)
 	}
-	hv := maphash.Bytes(h.seed, key)
+	hv := h.hash(key)
 	i, found := h.find(key, hv)
 	if found && h.overwrite(h.slots[i], value) {
 		return
@@ -66,12 +67,26 @@ func (h *held) put(key, value []byte) {
 		h.bytes += entryHdr + len(key) + len(value)
 		return
 	}
-	h.slots[i] = slot{hash: uint32(hv), chunk: chunk, off: off}
+	h.slots[i] = slot{hash: hv, chunk: chunk, off: off}
 	h.n++
 	h.bytes += len(key) + len(value) + heldOverhead
 	if h.n*maxLoadDen > len(h.slots)*maxLoadNum {
 		h.grow()
 	}
+}
+
+// get returns key's value (nil: a tombstone) and whether key is held. The
+// value is valid until the next put or reset.
+func (h *held) get(key []byte) ([]byte, bool) {
+	if h.n == 0 {
+		return nil, false
+	}
+	i, found := h.find(key, h.hash(key))
+	if !found {
+		return nil, false
+	}
+	_, v := h.entry(h.slots[i].chunk, h.slots[i].off)
+	return v, true
 }
 
 // overwrite puts value into the entry at s if it fits the entry's value
@@ -92,15 +107,20 @@ func (h *held) overwrite(s slot, value []byte) bool {
 	return true
 }
 
+func (h *held) hash(key []byte) uint32 {
+	hv := maphash.Bytes(h.seed, key)
+	return uint32(hv>>32) ^ uint32(hv)
+}
+
 // find returns the slot of key, or the empty slot where it would go.
-func (h *held) find(key []byte, hv uint64) (int, bool) {
+func (h *held) find(key []byte, hv uint32) (int, bool) {
 	mask := len(h.slots) - 1
-	for i := int(hv>>32) & mask; ; i = (i + 1) & mask {
+	for i := int(hv) & mask; ; i = (i + 1) & mask {
 		s := h.slots[i]
 		if s.chunk == 0 {
 			return i, false
 		}
-		if s.hash == uint32(hv) {
+		if s.hash == hv {
 			if k, _ := h.entry(s.chunk, s.off); bytes.Equal(k, key) {
 				return i, true
 			}
@@ -116,9 +136,7 @@ func (h *held) grow() {
 		if s.chunk == 0 {
 			continue
 		}
-		k, _ := h.entry(s.chunk, s.off)
-		hv := maphash.Bytes(h.seed, k)
-		i := int(hv>>32) & mask
+		i := int(s.hash) & mask
 		for h.slots[i].chunk != 0 {
 			i = (i + 1) & mask
 		}
@@ -195,7 +213,10 @@ func keyPrefix(k []byte) (uint64, uint64) {
 	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
-// sorted returns the rows' entries in ascending key order.
+// sorted returns the rows' entries in ascending key order: a radix sort
+// on the keys' 16-byte prefixes (one pass per byte that is not the same in
+// every key: keys that share a prefix or are short need few), then a
+// comparison sort of the full keys among entries with the same prefix.
 func (h *held) sorted() []sortEntry {
 	es := make([]sortEntry, 0, h.n)
 	for _, s := range h.slots {
@@ -205,16 +226,78 @@ func (h *held) sorted() []sortEntry {
 			es = append(es, sortEntry{p0: p0, p1: p1, chunk: s.chunk, off: s.off})
 		}
 	}
-	slices.SortFunc(es, func(a, b sortEntry) int {
-		if c := cmp.Compare(a.p0, b.p0); c != 0 {
-			return c
+	if len(es) < 256 {
+		slices.SortFunc(es, h.compare)
+		return es
+	}
+	es = radixSort(es, make([]sortEntry, len(es)))
+	// Ties on the prefix: keys longer than 16 bytes that share it, or a
+	// short key and the same key followed by zero bytes.
+	for i := 0; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].p0 == es[i].p0 && es[j].p1 == es[i].p1 {
+			j++
 		}
-		if c := cmp.Compare(a.p1, b.p1); c != 0 {
-			return c
+		if j-i > 1 {
+			slices.SortFunc(es[i:j], h.compare)
 		}
-		ka, _ := h.entry(a.chunk, a.off)
-		kb, _ := h.entry(b.chunk, b.off)
-		return bytes.Compare(ka, kb)
-	})
+		i = j
+	}
 	return es
+}
+
+func (h *held) compare(a, b sortEntry) int {
+	if c := cmp.Compare(a.p0, b.p0); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.p1, b.p1); c != 0 {
+		return c
+	}
+	ka, _ := h.entry(a.chunk, a.off)
+	kb, _ := h.entry(b.chunk, b.off)
+	return bytes.Compare(ka, kb)
+}
+
+// radixSort sorts es by (p0, p1), least significant byte first, using tmp
+// (as long as es) as the other buffer, and returns the sorted slice (es or
+// tmp). Bytes that are the same in every entry are skipped.
+func radixSort(es, tmp []sortEntry) []sortEntry {
+	var diff0, diff1 uint64
+	for _, e := range es {
+		diff0 |= e.p0 ^ es[0].p0
+		diff1 |= e.p1 ^ es[0].p1
+	}
+	src, dst := es, tmp
+	for pass := range 16 {
+		diff := diff1
+		shift := uint(8 * (pass % 8))
+		if pass >= 8 {
+			diff = diff0
+		}
+		if (diff>>shift)&0xff == 0 {
+			continue
+		}
+		var count [256]int
+		for i := range src {
+			count[radixByte(&src[i], pass, shift)]++
+		}
+		sum := 0
+		for b := range count {
+			count[b], sum = sum, sum+count[b]
+		}
+		for i := range src {
+			b := radixByte(&src[i], pass, shift)
+			dst[count[b]] = src[i]
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	return src
+}
+
+func radixByte(e *sortEntry, pass int, shift uint) byte {
+	if pass < 8 {
+		return byte(e.p1 >> shift)
+	}
+	return byte(e.p0 >> shift)
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // TestHeldMatchesMap puts random keys (enough to grow the index many times,
-// keys of every length from 1 byte and sharing long prefixes), values
+// keys of every length from 1 byte, sharing long prefixes, and keys that
+// differ from others only by trailing zero bytes), values
 // (some empty, some over a chunk) and tombstones into held, resets it now
 // and then, and compares its sorted rows with a map of the same puts.
 func TestHeldMatchesMap(t *testing.T) {
@@ -44,11 +45,15 @@ func TestHeldMatchesMap(t *testing.T) {
 	for round := range 4 {
 		for range 30000 {
 			var k []byte
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
 			case 0:
 				k = []byte{byte(rng.IntN(256))}
 			case 1:
 				k = fmt.Appendf(nil, "shared-prefix-%06d", rng.IntN(20000))
+			case 2:
+				// The same 16-byte prefix as "k%d" (zero padded): a tie
+				// the radix sort leaves to the key comparison.
+				k = append(fmt.Appendf(nil, "k%d", rng.IntN(5000)), make([]byte, 1+rng.IntN(3))...)
 			default:
 				k = fmt.Appendf(nil, "k%d", rng.IntN(5000))
 			}
@@ -71,5 +76,18 @@ func TestHeldMatchesMap(t *testing.T) {
 			clear(want)
 			check()
 		}
+	}
+}
+
+// BenchmarkHeldSorted sorts 500,000 held rows of the benchmark's keys
+// (bench/: "key-%08d" in a scattered order), a spill's worth at the
+// default --memory.
+func BenchmarkHeldSorted(b *testing.B) {
+	h := newHeld()
+	for i := range 500_000 {
+		h.put(fmt.Appendf(nil, "key-%08d", (i*7919)%5_000_000), []byte("v"))
+	}
+	for b.Loop() {
+		_ = h.sorted()
 	}
 }

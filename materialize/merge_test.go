@@ -58,7 +58,7 @@ func TestLatestExternalSortMatchesMapFold(t *testing.T) {
 				}
 				defer gen.Abort()
 				f := fold.NewLatest()
-				w := newWriter(gen, f, 1024, hold)
+				w := newWriter(gen, f, 1024, 4096, hold)
 				w.start(context.Background())
 				for _, b := range batches {
 					if err := w.send(b); err != nil {

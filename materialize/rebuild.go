@@ -22,32 +22,43 @@ import (
 const DefaultMemory = 256 << 20
 
 // memorySplit is how a rebuild divides its memory bound between the parts
-// that hold records. The Go parts get a third of what they may use at most,
-// because the garbage collector (GOGC=100) lets the heap grow to about twice
-// its live data, and the records the latest fold drops (an older value of a
-// key) are garbage until the next cycle:
+// that hold records. The Go parts get less than half of what they may use
+// at most, because the garbage collector (GOGC=100) lets the heap grow to
+// about twice its live data, and the records the folds drop (an older
+// value of a key, a duplicate event) are garbage until the next cycle:
 //
 //   - the client's prefetch queue, M/8: librdkafka's
 //     queued.max.messages.kbytes (C memory, no collector), which bounds the
 //     messages fetched but not yet polled across the partitions of the
 //     consumer's queue, unless -X sets it;
+//   - the replay's batch being filled and the batches sent to the writer
+//     but not yet collected, M/16 together: the batch ends at M/64 bytes of
+//     keys and values (replay.Config.BatchBytes, or at its record limit),
+//     and the writer's queue admits M/16 - M/64 of batches (their arrays
+//     included) before the replay waits;
 //   - the writer's two record buffers (one filling while the other folds),
 //     M/16 each;
-//   - the latest fold's held rows, M/4, spilled as a sorted run when full.
+//   - the fold's held rows (the latest fold's last record per key, the
+//     count fold's identities), M/4, spilled as a sorted run when full.
 //     The merge at the end reads each run through a buffer of at most
-//     256 KiB (16 MiB in all), and by then the replay has released its
-//     buffers and queue.
+//     256 KiB (16 MiB in all) and writes blocks of 8 MiB (two in flight),
+//     and by then the replay has released its buffers and queue.
 //
-// Live: 3M/8 of Go memory (about 3M/4 with garbage) plus M/8 of C, within M.
+// Live: 7M/16 of Go memory (about 7M/8 with garbage) plus M/8 of C, within
+// M.
 type memorySplit struct {
 	prefetchKiB int // queued.max.messages.kbytes
+	batchBytes  int // replay.Config.BatchBytes
+	queue       int // bytes of batches queued for the writer
 	buffer      int // bytes of records per writer buffer
-	hold        int // bytes of rows the latest fold holds before spilling
+	hold        int // bytes of rows the fold holds before spilling
 }
 
 func splitMemory(m int64) memorySplit {
 	return memorySplit{
 		prefetchKiB: int(max(m/8/1024, 1)),
+		batchBytes:  int(max(m/64, 1)),
+		queue:       int(max(m/16-m/64, 1)),
 		buffer:      int(max(m/16, 1)),
 		hold:        int(max(m/4, 1)),
 	}
@@ -63,8 +74,9 @@ type Options struct {
 	Replay replay.Config
 	Fold   fold.Folder // default: fold.NewLatest()
 	// Memory bounds the memory the rebuild's records and rows take: the
-	// client's prefetch queue, the writer's buffers, the fold's held rows
-	// (see memorySplit). Default DefaultMemory.
+	// client's prefetch queue, the replay's batch, the writer's queue and
+	// buffers, the fold's held rows (see memorySplit). Default
+	// DefaultMemory.
 	Memory int64
 	// WriteBudget overrides the bytes of records the writer buffers per
 	// hand-off to the fold (default: from Memory).
@@ -83,6 +95,12 @@ type Options struct {
 	// an empty table, is never refused.
 	AllowEmpty bool
 	Log        zerolog.Logger
+	// Spec is the table's definition, stored with the table at publish so
+	// that update, import and the daemon need only its name (LoadSpec).
+	// Spec.Options sets it. Nil: a latest fold stores a definition made of
+	// the topic and end mark; another fold stores none, and an update of
+	// the table asks for a rebuild from a definition first.
+	Spec *Spec
 }
 
 // Report is what a published rebuild did.
@@ -90,6 +108,9 @@ type Report struct {
 	Meta       store.TableMeta
 	Checkpoint checkpoint.Checkpoint
 	Replay     replay.Result
+	// Mode is how an update changed the table (ModeInPlace, ModeMerged,
+	// ModeRebuilt); "" for a rebuild.
+	Mode string
 }
 
 // Rebuild replays opts.Replay.Topic into a new generation of opts.Table and
@@ -109,6 +130,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	split := splitMemory(opts.Memory)
 	if opts.WriteBudget <= 0 {
 		opts.WriteBudget = split.buffer
+	}
+	if opts.Replay.BatchBytes <= 0 {
+		opts.Replay.BatchBytes = split.batchBytes
 	}
 	if _, set := opts.Replay.Props[prefetchProp]; !set {
 		props := make(map[string]string, len(opts.Replay.Props)+1)
@@ -144,7 +168,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	}()
 	log := opts.Log.With().Str("table", opts.Table).Uint64("generation", gen.ID()).Logger()
 
-	w := newWriter(gen, opts.Fold, opts.WriteBudget, split.hold)
+	w := newWriter(gen, opts.Fold, opts.WriteBudget, split.queue, split.hold)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.start(rctx)
@@ -203,7 +227,10 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		SkippedByReason: stats.SkippedByReason,
 		Empty:           empty,
 	}
-	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End)}
+	if meta.Spec, err = encodeSpec(opts); err != nil {
+		return Report{Replay: res}, err
+	}
+	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt}
 	for _, p := range res.Plan.Partitions {
 		cp.Partitions = append(cp.Partitions, checkpoint.Partition{
 			Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.End, End: p.End,

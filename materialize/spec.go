@@ -47,36 +47,42 @@ const (
 // of a table and come from the caller (see Options).
 //
 // The zero value of every optional field is its default.
+//
+// A Spec is stored, as JSON with the tags below, in the metadata of the
+// table it built (store.TableMeta.Spec) at every publish, so that update,
+// import and the daemon need only the table's name (LoadSpec). A field added
+// later must read its zero value as "as before" when absent.
 type Spec struct {
 	// Name is the table's name. Default: Topic.
-	Name  string
-	Topic string // required
+	Name  string `json:"name"`
+	Topic string `json:"topic"` // required
 	// Fold is FoldLatest (default) or FoldCount.
-	Fold string
+	Fold string `json:"fold"`
 	// IdentityField, GroupField, IgnoreFields, Catalog and
 	// AllowUnknownGroups configure the count fold (fold.CountConfig) and
 	// must be empty for the latest fold.
-	IdentityField string
-	GroupField    string
-	IgnoreFields  []string
+	IdentityField string   `json:"identity_field,omitempty"`
+	GroupField    string   `json:"group_field,omitempty"`
+	IgnoreFields  []string `json:"ignore_fields,omitempty"`
 	// Catalog is the list of group names, already read (fold.ParseCatalog);
-	// nil means no catalog.
-	Catalog            []string
-	AllowUnknownGroups bool
+	// nil means no catalog. Stored without omitempty: an empty catalog
+	// ([], accepts no group) is not the absent one (null).
+	Catalog            []string `json:"catalog"`
+	AllowUnknownGroups bool     `json:"allow_unknown_groups,omitempty"`
 	// OnBadRecord says what the fold does with a record it cannot store.
 	// Default fold.FailOnBadRecord.
-	OnBadRecord fold.OnBadRecord
+	OnBadRecord fold.OnBadRecord `json:"on_bad_record"`
 	// End is the replay's end mark. Default replay.EndHigh.
-	End replay.EndMark
+	End replay.EndMark `json:"end,omitempty"`
 	// StallTimeout bounds a replay without progress. 0 means the replay's
 	// default (30s); negative is invalid.
-	StallTimeout time.Duration
+	StallTimeout time.Duration `json:"stall_timeout_ns,omitempty"`
 	// AllowEmpty publishes a rebuild in which no record contributed a row
 	// over a table that has rows (Options.AllowEmpty).
-	AllowEmpty bool
+	AllowEmpty bool `json:"allow_empty,omitempty"`
 	// Memory bounds the bytes a rebuild's records and rows take in memory
 	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
-	Memory int64
+	Memory int64 `json:"memory,omitempty"`
 	// ValueFormat and KeyFormat say how record values and keys are decoded
 	// before the fold (package decode): raw (the default, ""), json,
 	// avro, protobuf or jsonschema, stored as canonical JSON. The Schema
@@ -242,6 +248,8 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 	if end == "" {
 		end = replay.EndHigh
 	}
+	stored := s
+	stored.Name = s.TableName()
 	return Options{
 		DB:    db,
 		Table: s.TableName(),
@@ -258,5 +266,6 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 		AllowEmpty: s.AllowEmpty,
 		Memory:     s.Memory,
 		Log:        log,
+		Spec:       &stored,
 	}, nil
 }

@@ -183,3 +183,55 @@ func TestSpecRebuildAgainstOracle(t *testing.T) {
 		t.Fatalf("meta %+v, checkpoint end %q: want 1 skipped, end stable", rep.Meta, rep.Checkpoint.EndMark)
 	}
 }
+
+// TestSpecStored: the definition a rebuild stores reads back equal
+// (LoadSpec), an empty catalog included; a table published without one is
+// ErrNoSpec.
+func TestSpecStored(t *testing.T) {
+	topic := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	if err := broker.CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broker.Produce(context.Background(), topic, []localkafka.Record{
+		{Key: []byte("k"), Value: []byte(`{"id":"1","g":"a"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(filepath.Join(t.TempDir(), "t.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := materialize.Spec{Name: "votes", Topic: topic, Fold: materialize.FoldCount, IdentityField: "id", GroupField: "g",
+		IgnoreFields: []string{"x"}, Catalog: []string{}, AllowUnknownGroups: true, OnBadRecord: fold.SkipBadRecords,
+		End: replay.EndStable, StallTimeout: 20 * time.Second}
+	opts, err := spec.Options(db, broker.Addr, nil, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := materialize.Rebuild(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	got, err := materialize.LoadSpec(db, "votes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(spec, got); diff != "" || got.Catalog == nil {
+		t.Fatalf("stored definition (-rebuilt +loaded):\n%s (catalog nil: %v)", diff, got.Catalog == nil)
+	}
+
+	// Options without a Spec, and a count fold: nothing to store.
+	opts, err = spec.Options(db, broker.Addr, nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Spec, opts.Table = nil, "bare"
+	if _, err := materialize.Rebuild(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := materialize.LoadSpec(db, "bare"); !errors.Is(err, materialize.ErrNoSpec) {
+		t.Fatalf("LoadSpec of a table without a definition: %v, want ErrNoSpec", err)
+	}
+	if _, err := materialize.LoadSpec(db, "absent"); !errors.Is(err, store.ErrTableNotFound) {
+		t.Fatalf("LoadSpec of no table: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"unsafe"
 
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -18,44 +19,121 @@ var errWriterFailed = errors.New("table writer failed")
 // stages: a collector buffers record batches up to the byte budget, then
 // hands the buffer to a folder that folds it in one write transaction while
 // the collector fills the next buffer. At most one buffer is being folded
-// and one filled, so memory is bounded by about twice the budget plus the
-// batches in the channel, never by the number of records read.
+// and one filled, and the batches sent but not yet collected are bounded by
+// the queue budget (send waits for room), so memory is bounded by twice
+// the budget plus the queue's, never by the number of records read.
 //
-// The channel holds inBatches replay batches: enough that the replay keeps
-// polling through a slow commit (the first one, which lays out a fresh
-// tree, takes longest) instead of stalling on send.
+// The queue lets the replay keep polling through a slow fold or spill
+// instead of stalling on send.
 //
-// The latest fold is sorted externally instead (fold.Latest.SortExternally):
-// its Fold calls only update the rows it holds in memory, outside any
-// transaction; when they reach the hold budget, the folder stage writes them
-// as a sorted run file (store.Generation.SpillRun), and finish merges the
-// runs and the rows still held into the generation in key order
-// (store.Generation.WriteMerged), so bbolt only ever appends.
+// The latest and count folds are sorted externally instead
+// (fold.Latest.SortExternally, fold.Count.SortExternally): their Fold calls
+// only update the rows (identities) they hold in memory, outside any
+// transaction; when they reach the hold budget, the folder stage writes
+// them as a sorted run file (store.Generation.SpillRun), and finish merges
+// the runs and the rows still held into the generation in key order
+// (store.Generation.WriteMerged; the count fold's identities into its index
+// with store.Generation.WriteMergedIndex, then its rows), so bbolt only
+// ever appends.
 type writer struct {
 	gen    *store.Generation
 	folder fold.Folder
 	budget int
-	sorter *fold.Latest // the folder, when sorted externally
-	runs   int          // run files spilled
+	sorter sorter // the folder, when sorted externally
+	runs   int    // run files spilled
 
-	in   chan []fold.Record
-	done chan struct{} // closed when both stages have ended
-	err  error         // set before done closes
-	once sync.Once
+	in    chan sizedBatch
+	queue queue         // bounds the bytes of the batches in `in`
+	done  chan struct{} // closed when both stages have ended
+	err   error         // set before done closes
+	once  sync.Once
 }
 
-// inBatches is the capacity, in replay batches, of the writer's input.
-const inBatches = 8
+// sorter is a fold sorted externally: fold.Latest or fold.Count.
+type sorter interface {
+	Fold(t fold.Table, batch []fold.Record) error
+	Full() bool
+	Sorted() *fold.Rows
+	Reset()
+}
+
+// inBatches is the capacity, in replay batches, of the writer's input;
+// the queue's byte budget is what bounds it.
+const inBatches = 256
+
+// sizedBatch is a replay batch and its size (batchSize).
+type sizedBatch struct {
+	records []fold.Record
+	size    int
+}
+
+// recordSize is the memory of one fold.Record in a batch, without its
+// bytes.
+const recordSize = int(unsafe.Sizeof(fold.Record{}))
+
+// batchSize is the memory a batch holds: its array (all of its capacity)
+// and its records' keys and values.
+func batchSize(b []fold.Record) int {
+	n := cap(b) * recordSize
+	for i := range b {
+		n += len(b[i].Key) + len(b[i].Value)
+	}
+	return n
+}
+
+// queue bounds the bytes of the batches sent to the writer and not yet
+// taken by its collector. There is one sender (the replay).
+type queue struct {
+	mu    sync.Mutex
+	bytes int
+	limit int
+	room  chan struct{} // a token: bytes went down
+}
+
+// reserve waits until size bytes fit (a batch bigger than the limit goes
+// alone), or done closes.
+func (q *queue) reserve(size int, done <-chan struct{}) bool {
+	for {
+		q.mu.Lock()
+		if q.bytes == 0 || q.bytes+size <= q.limit {
+			q.bytes += size
+			q.mu.Unlock()
+			return true
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.room:
+		case <-done:
+			return false
+		}
+	}
+}
+
+func (q *queue) release(size int) {
+	q.mu.Lock()
+	q.bytes -= size
+	q.mu.Unlock()
+	select {
+	case q.room <- struct{}{}:
+	default:
+	}
+}
 
 // newWriter returns a writer that buffers budget bytes of records per
-// hand-off and, for the latest fold, holds up to hold bytes of rows in
-// memory before spilling a run.
-func newWriter(gen *store.Generation, f fold.Folder, budget, hold int) *writer {
+// hand-off, lets the replay queue up to queued bytes of batches ahead of
+// it, and, for the latest and count folds, holds up to hold bytes of rows
+// (identities) in memory before spilling a run.
+func newWriter(gen *store.Generation, f fold.Folder, budget, queued, hold int) *writer {
 	w := &writer{gen: gen, folder: f, budget: budget,
-		in: make(chan []fold.Record, inBatches), done: make(chan struct{})}
-	if l, ok := f.(*fold.Latest); ok {
-		l.SortExternally(hold)
-		w.sorter = l
+		in: make(chan sizedBatch, inBatches), done: make(chan struct{}),
+		queue: queue{limit: queued, room: make(chan struct{}, 1)}}
+	switch f := f.(type) {
+	case *fold.Latest:
+		f.SortExternally(hold)
+		w.sorter = f
+	case *fold.Count:
+		f.SortExternally(hold)
+		w.sorter = f
 	}
 	return w
 }
@@ -64,10 +142,15 @@ func (w *writer) start(ctx context.Context) {
 	go w.loop(ctx)
 }
 
-// send hands a batch to the writer. It is the replay's Sink.
+// send hands a batch to the writer, once the queue has room for it. It is
+// the replay's Sink.
 func (w *writer) send(batch []fold.Record) error {
+	b := sizedBatch{records: batch, size: batchSize(batch)}
+	if !w.queue.reserve(b.size, w.done) {
+		return errWriterFailed
+	}
 	select {
-	case w.in <- batch:
+	case w.in <- b:
 		return nil
 	case <-w.done:
 		return errWriterFailed
@@ -91,6 +174,16 @@ func (w *writer) finish(ctx context.Context) error {
 		return w.write(w.folder.Finish)
 	}
 	w.runs = w.gen.Runs()
+	if c, ok := w.sorter.(*fold.Count); ok {
+		err := w.gen.WriteMergedIndex(ctx, fold.IdentityIndex, c.Sorted(), c.CombineIdentities)
+		c.Reset()
+		if err != nil {
+			return err
+		}
+		// The rows (one per group) and the conflict check, now that the
+		// merge has counted.
+		return w.write(c.Finish)
+	}
 	err := w.gen.WriteMerged(ctx, w.sorter.Sorted())
 	w.sorter.Reset()
 	return err
@@ -184,14 +277,13 @@ func (w *writer) collect(ctx context.Context, full chan<- [][]fold.Record, faile
 		pending, size = nil, 0
 		return nil
 	}
-	for batch := range w.in {
+	for b := range w.in {
+		w.queue.release(b.size)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		pending = append(pending, batch)
-		for i := range batch {
-			size += len(batch[i].Key) + len(batch[i].Value) + 64
-		}
+		pending = append(pending, b.records)
+		size += b.size
 		if size >= w.budget {
 			if err := handOff(); err != nil {
 				return err

@@ -53,6 +53,10 @@ type Config struct {
 	// BatchRecords is the most records handed to the sink at once.
 	// Default 20000.
 	BatchRecords int
+	// BatchBytes, when positive, also ends a batch once its records' keys
+	// and values reach this many bytes, so that a batch of large records
+	// stays within a memory budget. Default 0: records only.
+	BatchBytes int
 	// Headers asks for record headers in fold.Record.Headers (off by
 	// default: converting them costs an allocation per record).
 	Headers bool
@@ -61,6 +65,17 @@ type Config struct {
 	// Progress, if set, is called from the read loop with a snapshot.
 	Progress func(Progress)
 	Log      zerolog.Logger
+	// TopicConfigs names topic configuration entries (e.g.
+	// "cleanup.policy", "delete.retention.ms") to read with DescribeConfigs
+	// once the marks are captured; the answer is Plan.TopicConfig. Nil: not
+	// asked.
+	TopicConfigs []string
+	// Check, if set, is called once the partitions and their marks are
+	// captured (Plan.Start not yet resolved, End set from the end mark) and
+	// before any record is read: an error from it ends the replay and is
+	// returned as is. An incremental update refuses there a checkpoint the
+	// topic no longer fits.
+	Check func(Plan) error
 }
 
 func (c *Config) withDefaults() Config {

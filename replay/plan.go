@@ -29,13 +29,21 @@ type Plan struct {
 	End        EndMark
 	Partitions []PartitionBounds // sorted by partition
 	Warnings   []string          // e.g. a start offset below the retained low
+	// CapturedAt is when the capture of the marks began: every record
+	// below an end mark was written before it.
+	CapturedAt time.Time
+	// TopicConfig is DescribeConfigs' answer for Config.TopicConfigs; nil
+	// when none were asked for.
+	TopicConfig *TopicConfig
 }
 
 // capture discovers the partitions and captures their marks, without
 // resolving starts.
 func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
+	captured := time.Now()
 	plan, err := Marks(ctx, cl.admin, c.Topic, c.StallTimeout)
 	plan.End = c.End
+	plan.CapturedAt = captured
 	var re *Error
 	if errors.As(err, &re) && errors.Is(err, ErrUnavailable) {
 		re.Detail += fmt.Sprintf(", brokers %s", brokersOf(c))
@@ -50,6 +58,9 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 		if c.End == EndStable {
 			pb.End = pb.LSO
 		}
+	}
+	if len(c.TopicConfigs) > 0 {
+		plan.TopicConfig = describeTopicConfig(ctx, cl.admin, c.Topic, c.TopicConfigs, c.StallTimeout)
 	}
 	return plan, nil
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // Sink receives batches of records, in offset order within each partition.
-// A batch is not reused by the replay after the call; the sink may keep it.
+// A batch is not reused by the replay after the call; the sink may keep it
+// (who owns record bytes when: the "Record bytes" section of package fold).
 // An error from the sink stops the replay and is returned as is.
 type Sink func(batch []fold.Record) error
 
@@ -49,6 +50,11 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	if err != nil {
 		return Result{Plan: plan}, err
 	}
+	if c.Check != nil {
+		if err := c.Check(plan); err != nil {
+			return Result{Plan: plan}, err
+		}
+	}
 	if err := resolveStarts(ctx, cl, c, &plan); err != nil {
 		return Result{Plan: plan}, err
 	}
@@ -80,6 +86,7 @@ type reader struct {
 	pending int
 	records int64
 	batch   []fold.Record
+	bytes   int // keys and values in batch (Config.BatchBytes)
 	lastErr error
 	// lastAnswer is when the brokers last delivered anything (a record or
 	// a partition EOF); zero until the first.
@@ -206,6 +213,7 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 			}
 		}
 		r.batch = append(r.batch, rec)
+		r.bytes += len(rec.Key) + len(rec.Value)
 		r.records++
 		st.pos = off + 1
 		st.waiting = false
@@ -214,7 +222,7 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 				return true, err
 			}
 		}
-		if len(r.batch) >= r.c.BatchRecords {
+		if len(r.batch) >= r.c.BatchRecords || (r.c.BatchBytes > 0 && r.bytes >= r.c.BatchBytes) {
 			return true, r.flush()
 		}
 		return true, nil
@@ -288,6 +296,7 @@ func (r *reader) flush() error {
 	}
 	b := r.batch
 	r.batch = make([]fold.Record, 0, r.c.BatchRecords)
+	r.bytes = 0
 	return r.sink(b)
 }
 

@@ -52,11 +52,22 @@ func (s *Server) handler(tcp bool) http.Handler {
 	mux.HandleFunc("GET /v1/tables/{table}/keys/{key...}", s.getKey)
 	mux.HandleFunc("GET /v1/tables/{table}/rows", s.getRows)
 	mux.HandleFunc("GET /v1/tables/{table}/export", s.export)
+	mux.HandleFunc("GET /v1/tables/{table}/count", s.count)
 	rebuild := http.Handler(http.HandlerFunc(s.rebuild))
 	if tcp {
 		rebuild = s.adminOnly(rebuild)
 	}
 	mux.Handle("POST /v1/tables/{table}/rebuild", rebuild)
+	drop := http.Handler(http.HandlerFunc(s.drop))
+	if tcp {
+		drop = s.adminOnly(drop)
+	}
+	mux.Handle("DELETE /v1/tables/{table}", drop)
+	update := http.Handler(http.HandlerFunc(s.update))
+	if tcp {
+		update = s.adminOnly(update)
+	}
+	mux.Handle("POST /v1/tables/{table}/update", update)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})
@@ -182,9 +193,14 @@ type tableJSON struct {
 	Skipped    *int64                 `json:"skipped"`
 	EndMark    string                 `json:"end_mark,omitempty"`
 	Partitions []checkpoint.Partition `json:"partitions"`
-	LastError  *lastErrorJSON         `json:"last_error"`
-	NextRun    *string                `json:"next_run"`
-	Run        *runJSON               `json:"run"`
+	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
+	// provenance: incremental updates since the last full rebuild, and
+	// when its end marks were captured (null: unknown, an imported table).
+	UpdatesSinceRebuild  int64          `json:"updates_since_rebuild"`
+	CheckpointCapturedAt *string        `json:"checkpoint_captured_at"`
+	LastError            *lastErrorJSON `json:"last_error"`
+	NextRun              *string        `json:"next_run"`
+	Run                  *runJSON       `json:"run"`
 	// SkippedRuns counts scheduled runs skipped because one was going.
 	SkippedRuns int64 `json:"skipped_runs"`
 
@@ -257,6 +273,11 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		}
 		if ok {
 			t.EndMark = cp.EndMark
+			t.UpdatesSinceRebuild = cp.Updates
+			if !cp.CapturedAt.IsZero() {
+				at := cp.CapturedAt.UTC().Format(time.RFC3339Nano)
+				t.CheckpointCapturedAt = &at
+			}
 			if cp.Partitions != nil {
 				t.Partitions = cp.Partitions
 			}
@@ -411,10 +432,23 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 
 // rowsQuery is the rows route's parsed query.
 type rowsQuery struct {
-	prefix, after []byte
-	limit         int
-	generation    uint64 // 0: whatever is published
-	b64           bool
+	rng        store.Range // prefix=, from= (inclusive), to= (exclusive)
+	after      []byte
+	limit      int
+	generation uint64 // 0: whatever is published
+	b64        bool
+	keysOnly   bool // keys_only=1: lines without "value"
+}
+
+// parseBool reads a boolean query parameter: absent, 0 or false; 1 or true.
+func parseBool(name, v string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s %q: want 1 or 0", name, v)
 }
 
 // parseEncoding reads encoding= (utf-8, the default, or base64).
@@ -446,11 +480,17 @@ func checkParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool
 
 func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	q := rowsQuery{limit: DefaultRowsLimit}
-	if !checkParams(w, r, "prefix", "after", "limit", "generation", "encoding") {
+	if !checkParams(w, r, "prefix", "from", "to", "after", "limit", "generation", "encoding", "keys_only") {
 		return q, false
 	}
 	v := r.URL.Query()
-	q.prefix, q.after = []byte(v.Get("prefix")), []byte(v.Get("after"))
+	q.rng, q.after = rangeParams(v), []byte(v.Get("after"))
+	keysOnly, err := parseBool("keys_only", v.Get("keys_only"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return q, false
+	}
+	q.keysOnly = keysOnly
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxRowsLimit {
@@ -503,7 +543,7 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}
 		n := 0
-		return snap.RowsAfter(q.prefix, q.after, q.limit+1, func(k, v []byte) error {
+		return snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
 			if n == q.limit {
 				more = true
 				return nil
@@ -512,6 +552,10 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			ks, err := snapshot.Text(k, k, "key", q.b64)
 			if err != nil {
 				return err
+			}
+			if q.keysOnly {
+				buf.Write(keyLine(ks))
+				return nil
 			}
 			vs, err := snapshot.Text(k, v, "value", q.b64)
 			if err != nil {

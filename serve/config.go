@@ -58,6 +58,9 @@ type Config struct {
 	// exitCode), shown in a table's last_error. Default: 1 for any error.
 	ExitCode func(error) int
 	Log      zerolog.Logger
+	// Update runs an incremental update of a table the database holds
+	// (POST /v1/tables/{table}/update). Nil: that route answers 404.
+	Update UpdateFunc
 	// PageCheck is passed to store.Open (see store.Options.PageCheck): the
 	// CLI hands its child-process page walk.
 	PageCheck store.PageCheck

@@ -104,6 +104,12 @@ func TestAdminTokenOnTCP(t *testing.T) {
 		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden {
 			t.Fatalf("POST over TCP with Authorization %q: %d %s, want 403", auth, r.status, r.body)
 		}
+		// A drop changes state too (the table is configured: with the
+		// token it would be 409, so a 403 here is the token check's).
+		r = tc.do(t, "DELETE", "/v1/tables/t", h)
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden {
+			t.Fatalf("DELETE over TCP with Authorization %q: %d %s, want 403", auth, r.status, r.body)
+		}
 	}
 	if tj := d.c.table(t, "t"); tj.Run != nil {
 		t.Fatalf("a refused request started run %+v", tj.Run)

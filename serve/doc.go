@@ -22,6 +22,8 @@
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
 //	POST /v1/tables/{table}/rebuild      202 {"run": ID}; ?wait=1: 200 {"run","exit_code","error","generation"}
+//	POST /v1/tables/{table}/update       waits: 200 {"run","exit_code","error","generation","mode","keys","records","updates"};
+//	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds)
 //	GET  /healthz, /readyz, /metrics
 //
 // Keys in the path are percent-encoded (a "/" in a key may be sent as is or

@@ -17,6 +17,7 @@ const (
 	codeTableNotFound      = "table_not_found"
 	codeTableNotReady      = "table_not_ready"
 	codeTableNotConfigured = "table_not_configured"
+	codeTableConfigured    = "table_configured"
 	codeKeyNotFound        = "key_not_found"
 	codeGenerationGone     = "generation_gone"
 	codeNotUTF8            = "not_utf8"

@@ -40,7 +40,10 @@ type header struct {
 	EndMark    string                 `json:"end_mark"`
 	Encoding   string                 `json:"encoding"`
 	Partitions []checkpoint.Partition `json:"partitions"`
-	Totals     map[string]int64       `json:"totals"`
+	// UpdatesSinceRebuild is how many incremental updates followed the
+	// table's last full rebuild (provenance, with Partitions).
+	UpdatesSinceRebuild int64            `json:"updates_since_rebuild"`
+	Totals              map[string]int64 `json:"totals"`
 }
 
 // Write writes table as one JSON document to w, from one consistent read of
@@ -77,7 +80,8 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	h := header{
 		Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
 		Params: s.Meta.Params, EndMark: cp.EndMark, Encoding: "utf-8",
-		Partitions: cp.Partitions,
+		Partitions:          cp.Partitions,
+		UpdatesSinceRebuild: cp.Updates,
 		Totals: map[string]int64{
 			"records_read":    s.Meta.Records,
 			"records_skipped": s.Meta.Skipped,

@@ -23,6 +23,11 @@
 //	}
 //	err = g.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "balances", cp) })
 //
+// An incremental update or a followed table changes the published
+// generation in place instead (Apply): one transaction holds the new rows,
+// the adjusted metadata and the caller's checkpoint, and refuses to run if a
+// rebuild published another generation since the caller read its positions.
+//
 // Every on-disk name and the format version are in schema.go, including the
 // files beside the database.
 //

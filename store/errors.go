@@ -18,7 +18,7 @@ var (
 	// was written by a newer build (a FormatVersion above this one's), or
 	// by an older one whose layout this build cannot read before migrating.
 	ErrFormat = errors.New("unsupported database format")
-	// ErrReadOnly is returned by Begin when the DB was opened with
+	// ErrReadOnly is returned by Begin and DropTable when the DB was opened with
 	// Options.ReadOnly.
 	ErrReadOnly = errors.New("database is open read-only")
 )

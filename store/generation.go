@@ -29,10 +29,10 @@ type Generation struct {
 	arena arena
 	// runs are the run files SpillRun wrote, oldest first (runs.go).
 	runs []string
-	// keys is the row count WriteMerged counted; counted is false once
-	// anything else wrote rows, and Publish then walks the tree.
-	keys    int64
-	counted bool
+	// keys is the number of rows, counted as they are written (Write,
+	// WriteMerged): Publish records it instead of walking the tree
+	// (bbolt's Bucket.Stats reads every page of a table).
+	keys int64
 }
 
 // Begin creates a new, empty generation of table in its own committed
@@ -116,8 +116,8 @@ func (g *Generation) Write(fn func(t fold.Table) error) error {
 	// bbolt keeps references to values until the transaction ends; the arena
 	// is reset only after it has.
 	defer g.arena.reset()
-	g.counted = false
 	var fnErr error
+	var added int64 // rows the transaction added (deleted: negative)
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 		gb := g.bucket(tx)
 		if gb == nil {
@@ -133,7 +133,7 @@ func (g *Generation) Write(fn func(t fold.Table) error) error {
 		// commit: full pages mean half the pages to split, write and
 		// rewrite of the default 50%.
 		rows.FillPercent = rowsFillPercent
-		t := &genTable{kv: kv{b: rows, arena: &g.arena}, index: index}
+		t := &genTable{kv: kv{b: rows, arena: &g.arena, count: &added}, index: index}
 		if err := fn(t); err != nil {
 			fnErr = err
 			return err
@@ -147,6 +147,8 @@ func (g *Generation) Write(fn func(t fold.Table) error) error {
 	if err != nil {
 		return fmt.Errorf("write generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
+	// Committed: the rows it added count.
+	g.keys += added
 	failpoint.Hit(failpoint.FoldCommitAfter) // a crash here leaves the old table; the next open removes the unpublished generation and its committed rows
 	return nil
 }
@@ -229,7 +231,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 	}
 	var hookErr error
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
-		gb, rows, err := g.rowsBucket(tx)
+		gb, _, err := g.rowsBucket(tx)
 		if err != nil {
 			return err
 		}
@@ -244,11 +246,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		}
 
 		meta.Generation = g.id
-		if g.counted {
-			meta.Keys = g.keys
-		} else {
-			meta.Keys = int64(rows.Stats().KeyN)
-		}
+		meta.Keys = g.keys
 		if err := setGenerationState(gb, StatePublished, uint64(meta.Keys)); err != nil {
 			return err
 		}
@@ -359,6 +357,10 @@ func (t *genTable) Index(name string) (fold.KV, error) {
 type kv struct {
 	b     *bolt.Bucket
 	arena *arena // holds the copies of the values until the commit
+	// count, when not nil, is the net number of keys Put added and Delete
+	// removed (the rows bucket's: the generation counts its rows as they
+	// are written).
+	count *int64
 }
 
 // Get returns the value for key: nil if absent, a non-nil (possibly empty)
@@ -384,6 +386,9 @@ func (k *kv) Put(key, value []byte) error {
 	if len(key) == 0 {
 		return ErrEmptyKey
 	}
+	if k.count != nil && !k.has(key) {
+		*k.count++
+	}
 	return k.b.Put(key, k.arena.copy(value))
 }
 
@@ -392,7 +397,17 @@ func (k *kv) Delete(key []byte) error {
 	if len(key) == 0 {
 		return nil
 	}
+	if k.count != nil && k.has(key) {
+		*k.count--
+	}
 	return k.b.Delete(key)
+}
+
+// has reports whether key is in the bucket (a value, not a nested bucket:
+// the rows bucket has none).
+func (k *kv) has(key []byte) bool {
+	ck, _ := k.b.Cursor().Seek(key)
+	return ck != nil && bytes.Equal(ck, key)
 }
 
 // arena hands out copies of values that live until reset, in large chunks

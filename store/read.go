@@ -34,6 +34,10 @@ type TableMeta struct {
 	// all 0). Tables built before it existed read as false.
 	Empty bool             `json:"empty,omitempty"`
 	Extra map[string]int64 `json:"extra,omitempty"`
+	// Spec is the table's full definition as package materialize stores
+	// it at every publish (materialize.Spec as JSON), opaque to this
+	// package. Absent in tables built before it existed.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 func encodeMeta(m TableMeta) ([]byte, error) {
@@ -156,4 +160,31 @@ func (db *DB) Get(table string, key []byte) ([]byte, error) {
 // forever. If fn returns an error, Scan stops and returns it unchanged.
 func (db *DB) Scan(table string, prefix []byte, limit int, fn func(k, v []byte) error) error {
 	return db.ReadTable(table, func(s *Snapshot) error { return s.Rows(prefix, limit, fn) })
+}
+
+// ScanRange is Scan over the rows in r (see Range: From inclusive, To
+// exclusive, all of r's bounds at once), with Scan's rules.
+func (db *DB) ScanRange(table string, r Range, limit int, fn func(k, v []byte) error) error {
+	return db.ReadTable(table, func(s *Snapshot) error { return s.RangeRows(r, limit, fn) })
+}
+
+// GetMany returns copies of the values of keys in the published version of
+// table, all from one read transaction, and the generation that answered:
+// values[i] is nil when keys[i] is absent (a present empty value is a
+// non-nil empty slice). A missing table is a *TableNotFoundError.
+func (db *DB) GetMany(table string, keys [][]byte) (values [][]byte, gen uint64, err error) {
+	values = make([][]byte, len(keys))
+	err = db.ReadTable(table, func(s *Snapshot) error {
+		gen = s.Meta.Generation
+		for i, k := range keys {
+			if v, ok := s.Get(k); ok {
+				values[i] = bytes.Clone(v)
+				if values[i] == nil {
+					values[i] = []byte{}
+				}
+			}
+		}
+		return nil
+	})
+	return values, gen, err
 }

@@ -176,12 +176,23 @@ func noEOF(err error) error {
 	return err
 }
 
-// merge is the k-way merge of sorted sources into one Sorted: for a key in
-// several sources, the last source's row wins (sources are given oldest
-// first), and a winning tombstone drops the key.
+// Combine makes the one row written for a key from the rows the key has
+// in the merged sources, values[0] from the oldest source (a nil value is
+// a tombstone). It is called once per key, in ascending key order, from
+// the merge's goroutine; the key and values are valid only during the
+// call, and the value returned until the next call. A nil value leaves the
+// key out; an error stops the merge.
+type Combine func(key []byte, values [][]byte) ([]byte, error)
+
+// merge is the k-way merge of sorted sources into one Sorted. Without a
+// combine, for a key in several sources, the last source's row wins
+// (sources are given oldest first), and a winning tombstone drops the key;
+// with one, combine makes the key's row from all of them.
 type merge struct {
 	h       mergeHeap
-	advance *mergeCursor // the last winner, advanced at the next call
+	advance []*mergeCursor // the last key's cursors, advanced at the next call
+	combine Combine
+	vals    [][]byte // combine's argument, reused
 }
 
 type mergeCursor struct {
@@ -210,9 +221,10 @@ func (h *mergeHeap) Pop() any {
 	return c
 }
 
-// newMerge returns the merge of sources, oldest first.
-func newMerge(sources []Sorted) (*merge, error) {
-	m := &merge{}
+// newMerge returns the merge of sources, oldest first; combine may be
+// nil (the newest row wins).
+func newMerge(sources []Sorted, combine Combine) (*merge, error) {
+	m := &merge{combine: combine}
 	for i, s := range sources {
 		c := &mergeCursor{src: s, idx: i}
 		ok, err := c.next()
@@ -245,8 +257,7 @@ func (c *mergeCursor) next() (bool, error) {
 
 func (m *merge) Next() (key, value []byte, ok bool, err error) {
 	for {
-		if c := m.advance; c != nil {
-			m.advance = nil
+		for _, c := range m.advance {
 			more, err := c.next()
 			if err != nil {
 				return nil, nil, false, err
@@ -255,10 +266,31 @@ func (m *merge) Next() (key, value []byte, ok bool, err error) {
 				heap.Push(&m.h, c)
 			}
 		}
+		m.advance = m.advance[:0]
 		if len(m.h) == 0 {
 			return nil, nil, false, nil
 		}
 		w := heap.Pop(&m.h).(*mergeCursor)
+		m.advance = append(m.advance, w)
+		if m.combine != nil {
+			// Every source's row of the key, oldest first (the heap pops
+			// the newest first among equal keys).
+			for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
+				m.advance = append(m.advance, heap.Pop(&m.h).(*mergeCursor))
+			}
+			m.vals = m.vals[:0]
+			for i := len(m.advance) - 1; i >= 0; i-- {
+				m.vals = append(m.vals, m.advance[i].val)
+			}
+			v, err := m.combine(w.key, m.vals)
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
+			}
+			if v == nil {
+				continue
+			}
+			return w.key, v, true, nil
+		}
 		// Older rows of the same key lose: skip them.
 		for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
 			c := m.h[0]
@@ -272,7 +304,6 @@ func (m *merge) Next() (key, value []byte, ok bool, err error) {
 				heap.Pop(&m.h)
 			}
 		}
-		m.advance = w
 		if w.val == nil {
 			continue // a tombstone: the key is deleted
 		}
@@ -368,6 +399,25 @@ const mergeCommitBytes = 8 << 20
 // removed whatever happens. A canceled ctx stops the merge between two
 // commits with ctx's error.
 func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
+	return g.writeMerged(ctx, mem, nil, nil)
+}
+
+// WriteMergedIndex is WriteMerged into the generation's private index
+// name (the one fold.Table.Index returns), which must be empty, with
+// combine making each key's row from all of its sources' rows: for an
+// index whose entries accumulate (the count fold's identities) rather than
+// replace each other. The index's keys are not rows and are not counted.
+func (g *Generation) WriteMergedIndex(ctx context.Context, name string, mem Sorted, combine Combine) error {
+	if name == "" || combine == nil {
+		defer g.removeRuns()
+		return fmt.Errorf("merge into generation %d of table %q: index name %q or no combine: %w", g.id, g.table, name, ErrInvalidName)
+	}
+	return g.writeMerged(ctx, mem, []byte(name), combine)
+}
+
+// writeMerged merges the run files and mem into the rows bucket (index
+// nil) or the index bucket index.
+func (g *Generation) writeMerged(ctx context.Context, mem Sorted, index []byte, combine Combine) error {
 	defer g.removeRuns()
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
@@ -385,21 +435,22 @@ func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
 	if mem != nil {
 		sources = append(sources, mem)
 	}
-	m, err := newMerge(sources)
+	m, err := newMerge(sources, combine)
 	if err != nil {
 		return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 	}
-	return g.writeSorted(ctx, m)
+	return g.writeSorted(ctx, m, index)
 }
 
 // writeSorted appends src, in strictly ascending key order and without
-// tombstones, to the empty rows bucket, and counts the rows.
+// tombstones, to the empty rows bucket, and counts the rows; or, index not
+// nil, to the empty index bucket index.
 //
 // Two goroutines share the work: one reads src (the merge: run files, the
 // heap, the fold's rows) and copies the rows into a block of about
 // mergeCommitBytes, while this one puts the previous block into bbolt and
 // commits it. Two blocks circulate, so memory is two blocks.
-func (g *Generation) writeSorted(ctx context.Context, src Sorted) error {
+func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) error {
 	full := make(chan *rowBlock, 1)
 	free := make(chan *rowBlock, 2)
 	free <- &rowBlock{}
@@ -438,7 +489,7 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted) error {
 			}
 		}
 	}()
-	err := g.putBlocks(ctx, full, free)
+	err := g.putBlocks(ctx, full, free, index)
 	close(stop)
 	for range full { // let the reader end
 	}
@@ -450,7 +501,7 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted) error {
 
 // putBlocks commits each block from full in one transaction, returning it
 // to free, until full closes.
-func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free chan<- *rowBlock) error {
+func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free chan<- *rowBlock, index []byte) error {
 	var n int64
 	first := true
 	for b := range full {
@@ -458,13 +509,24 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 		}
 		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
-			_, rows, err := g.rowsBucket(tx)
+			gb, rows, err := g.rowsBucket(tx)
 			if err != nil {
 				return err
 			}
+			what := "rows bucket"
+			if index != nil {
+				what = fmt.Sprintf("index %q", index)
+				ib := gb.Bucket(BucketIndex)
+				if ib == nil {
+					return fmt.Errorf("%w: generation %d has no index bucket", ErrCorrupt, g.id)
+				}
+				if rows, err = ib.CreateBucketIfNotExists(index); err != nil {
+					return fmt.Errorf("index %q: %w", index, err)
+				}
+			}
 			if first {
 				if k, _ := rows.Cursor().First(); k != nil {
-					return fmt.Errorf("merge into generation %d: its rows bucket is not empty", g.id)
+					return fmt.Errorf("merge into generation %d: its %s is not empty", g.id, what)
 				}
 				first = false
 			}
@@ -488,7 +550,9 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 		failpoint.Hit(failpoint.FoldCommitAfter) // a crash here leaves the old table; the next open removes the unpublished generation and its committed rows
 		free <- b
 	}
-	g.keys, g.counted = n, true
+	if index == nil {
+		g.keys += n // the bucket was empty: g.keys was 0
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 // sliceRows is a Sorted over rows given in order; a nil value is a
@@ -177,5 +180,152 @@ func TestOpenRemovesLeftoverFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".other"); err != nil {
 		t.Fatalf("the open removed a file that is not its own: %v", err)
+	}
+}
+
+// TestWriteCountsKeys writes random puts (new keys, overwrites, present
+// empty values) and deletes (present and absent keys) in several Write
+// transactions, some of which fail and roll back, and checks that Publish
+// records the number of rows a map of the committed operations holds: the
+// generation counts its rows as they are written, without walking the
+// tree.
+func TestWriteCountsKeys(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	db := openTemp(t)
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	errRollback := errors.New("roll back")
+	for tx := range 20 {
+		fail := tx%4 == 3
+		next := maps.Clone(want)
+		err := g.Write(func(tab fold.Table) error {
+			for range 300 {
+				k := []byte(fmt.Sprintf("k%03d", rng.IntN(400)))
+				if rng.IntN(3) == 0 {
+					if err := tab.Delete(k); err != nil {
+						return err
+					}
+					delete(next, string(k))
+					continue
+				}
+				if err := tab.Put(k, make([]byte, rng.IntN(2)*5)); err != nil {
+					return err
+				}
+				next[string(k)] = true
+			}
+			if fail {
+				return errRollback
+			}
+			return nil
+		})
+		if fail {
+			if !errors.Is(err, errRollback) {
+				t.Fatalf("write %d: %v, want the rollback", tx, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = next
+	}
+	if err := g.Publish(TableMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := db.Table("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := scanAll(t, db, "t")
+	if m.Keys != int64(len(want)) || len(keys) != len(want) {
+		t.Fatalf("meta keys %d, rows scanned %d, want %d", m.Keys, len(keys), len(want))
+	}
+}
+
+// TestWriteMergedIndexCombines spills random sorted runs, merges them with
+// a last in-memory batch into an index with a combine that joins a key's
+// values, and checks the index holds, for every key, its values from every
+// source in source order (oldest first), that the combine saw the keys in
+// ascending order, and that the index's keys are not counted as rows.
+func TestWriteMergedIndexCombines(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	db := openTemp(t)
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	runs := 4 + rng.IntN(8)
+	var mem *sliceRows
+	for b := 0; b <= runs; b++ {
+		last := map[string][]byte{}
+		for range rng.IntN(150) {
+			k := fmt.Sprintf("id%03d", rng.IntN(200))
+			last[k] = fmt.Appendf(nil, "r%d.%s", b, k)
+		}
+		last["hot"] = fmt.Appendf(nil, "r%d.hot", b) // in every source
+		for k, v := range last {
+			want[k] += string(v) + ";"
+		}
+		if b == runs {
+			mem = batchRows(last)
+			break
+		}
+		if err := g.SpillRun(batchRows(last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var prev string
+	var out []byte
+	combine := func(key []byte, values [][]byte) ([]byte, error) {
+		if prev != "" && string(key) <= prev {
+			return nil, fmt.Errorf("key %q after %q", key, prev)
+		}
+		prev = string(key)
+		out = out[:0]
+		for _, v := range values {
+			out = append(append(out, v...), ';')
+		}
+		return out, nil
+	}
+	if err := g.WriteMergedIndex(context.Background(), "ix", mem, combine); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(RunsDir(db.Path())); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the runs directory is still there after the merge: %v", err)
+	}
+	got := map[string]string{}
+	err = g.Write(func(tab fold.Table) error {
+		ix, err := tab.Index("ix")
+		if err != nil {
+			return err
+		}
+		for k := range want {
+			v, err := ix.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			got[k] = string(v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("index (-sources in order +merged):\n%s", d)
+	}
+	if err := g.Publish(TableMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := db.Table("t"); err != nil || m.Keys != 0 {
+		t.Fatalf("meta keys %d (%v), want 0: index keys are not rows", m.Keys, err)
 	}
 }

@@ -37,21 +37,73 @@ func (s *Snapshot) Rows(prefix []byte, limit int, fn func(k, v []byte) error) er
 // after (nil or empty: from the first row) are passed to fn. The cursor seeks
 // to after, so a page deep into a large table costs no more than the first.
 func (s *Snapshot) RowsAfter(prefix, after []byte, limit int, fn func(k, v []byte) error) error {
+	return s.RangeAfter(Range{Prefix: prefix}, after, limit, fn)
+}
+
+// Range selects rows by key. Its bounds combine: a row is in the range when
+// its key starts with Prefix, is at or above From, and is below To. The
+// zero Range is every row.
+type Range struct {
+	// Prefix keeps keys that start with it (nil or empty: any key).
+	Prefix []byte
+	// From is the inclusive lower bound (nil or empty: no lower bound).
+	From []byte
+	// To is the exclusive upper bound (nil or empty: no upper bound).
+	To []byte
+}
+
+// Contains reports whether key is in r.
+func (r Range) Contains(key []byte) bool {
+	return bytes.HasPrefix(key, r.Prefix) &&
+		(len(r.From) == 0 || bytes.Compare(key, r.From) >= 0) &&
+		(len(r.To) == 0 || bytes.Compare(key, r.To) < 0)
+}
+
+// Empty reports whether no key can be in r: its lower bound is not below
+// its upper bound.
+func (r Range) Empty() bool {
+	return len(r.To) > 0 && (bytes.Compare(r.From, r.To) >= 0 || bytes.Compare(r.Prefix, r.To) >= 0)
+}
+
+// RangeRows calls fn for each row in r in ascending key order, stopping
+// after limit rows (limit <= 0: no limit), with the validity rules of Rows.
+func (s *Snapshot) RangeRows(r Range, limit int, fn func(k, v []byte) error) error {
+	return s.RangeAfter(r, nil, limit, fn)
+}
+
+// RangeAfter is RangeRows resuming after a key (nil or empty: from the
+// start of r), for paging: the cursor seeks to the highest of r's lower
+// bounds and after, so a deep page costs no more than the first.
+func (s *Snapshot) RangeAfter(r Range, after []byte, limit int, fn func(k, v []byte) error) error {
+	if r.Empty() {
+		return nil
+	}
+	// The seek target is the highest lower bound: the prefix and From are
+	// both at or below any key in r. A key equal to after is skipped.
+	seek := r.Prefix
+	if bytes.Compare(r.From, seek) > 0 {
+		seek = r.From
+	}
+	skipAfter := false
+	if len(after) > 0 && bytes.Compare(after, seek) >= 0 {
+		seek, skipAfter = after, true
+	}
 	c := s.rows.Cursor()
 	var k, v []byte
-	switch {
-	case len(after) > 0 && bytes.Compare(after, prefix) >= 0:
-		k, v = c.Seek(after)
-		if k != nil && bytes.Equal(k, after) {
-			k, v = c.Next()
-		}
-	case len(prefix) == 0:
+	if len(seek) == 0 {
 		k, v = c.First()
-	default:
-		k, v = c.Seek(prefix)
+	} else {
+		k, v = c.Seek(seek)
+	}
+	if skipAfter && k != nil && bytes.Equal(k, after) {
+		k, v = c.Next()
 	}
 	for n := 0; k != nil; k, v = c.Next() {
-		if len(prefix) > 0 && !bytes.HasPrefix(k, prefix) {
+		// Keys ascend: the first key past the prefix or at To ends the range.
+		if len(r.Prefix) > 0 && !bytes.HasPrefix(k, r.Prefix) {
+			return nil
+		}
+		if len(r.To) > 0 && bytes.Compare(k, r.To) >= 0 {
 			return nil
 		}
 		if limit > 0 && n >= limit {
@@ -66,4 +118,31 @@ func (s *Snapshot) RowsAfter(prefix, after []byte, limit int, fn func(k, v []byt
 		n++
 	}
 	return nil
+}
+
+// Count returns the number of rows in r.
+func (s *Snapshot) Count(r Range) (int64, error) {
+	var n int64
+	err := s.RangeRows(r, 0, func(k, v []byte) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// Get returns the value of key, valid only during the function passed to
+// ReadTable (copy it to keep it), and whether the key is present. A
+// present empty value is a non-nil empty slice.
+func (s *Snapshot) Get(key []byte) ([]byte, bool) {
+	if len(key) == 0 {
+		return nil, false
+	}
+	k, v := s.rows.Cursor().Seek(key)
+	if k == nil || !bytes.Equal(k, key) {
+		return nil, false
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true
 }

@@ -32,6 +32,11 @@ type Config struct {
 	StallTimeout time.Duration
 	Examples     int // examples kept per kind; default 5
 	Log          zerolog.Logger
+	// Progress, if set, is called with each topic's read progress (the
+	// source's, then the destination's; Progress.Topic says which), every
+	// ProgressInterval (default 1s) and once when each read ends.
+	Progress         func(replay.Progress)
+	ProgressInterval time.Duration
 }
 
 // Position is one record's place in a topic.
@@ -85,7 +90,7 @@ func Run(ctx context.Context, c Config) (Report, error) {
 	seen := map[[32]byte]*entry{}
 	read := func(topic string, src bool) (int64, error) {
 		cfg := replay.Config{Brokers: c.Brokers, Props: c.Props, Topic: topic, StallTimeout: c.StallTimeout,
-			Headers: !c.ByValue, Log: c.Log}
+			Headers: !c.ByValue, Log: c.Log, Progress: c.Progress, ProgressInterval: c.ProgressInterval}
 		res, err := replay.Run(ctx, cfg, func(batch []fold.Record) error {
 			for i := range batch {
 				r := &batch[i]

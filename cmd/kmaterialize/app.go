@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kmaterialize/kmaterialize/config"
 )
 
 // run builds the app and maps its error to an exit code; it is main without
@@ -29,12 +31,22 @@ Try: kmaterialize demo`,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
+		// --version (-v) prints readBuildInfo (version.go); completion
+		// scripts ask the binary with --generate-bash-completion.
+		Version:              readBuildInfo().Version,
+		EnableBashCompletion: true,
+		// A librdkafka value holds commas (-X debug=broker,security, -X
+		// bootstrap.servers=a:9092,b:9092): repeatable flags are repeated,
+		// never split at commas.
+		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
 		},
 		Commands: []*cli.Command{
 			rebuildCommand(),
+			updateCommand(),
+			importCommand(),
 			getCommand(),
 			scanCommand(),
 			exportCommand(),
@@ -47,6 +59,8 @@ Try: kmaterialize demo`,
 			demoCommand(),
 			pageCheckCommand(),
 			compactCommand(),
+			dropCommand(),
+			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
@@ -65,6 +79,8 @@ Try: kmaterialize demo`,
 		withDaemon(cmd)
 		// After checkRequired: the file's values count as given.
 		withConfig(cmd)
+		withPropsFile(cmd)
+		withProgressFlag(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
@@ -77,8 +93,14 @@ Try: kmaterialize demo`,
 		return 0
 	}
 	code := exitCode(err)
-	fmt.Fprintf(stderr, "kmaterialize: %v\n", err)
-	if h := hint(err); h != "" {
+	// The final error passes the run's Redactor too: it may quote a
+	// library's message that quotes a secret.
+	msg, h := err.Error(), hint(err)
+	if red, ok := app.Metadata[metaRedactor].(*config.Redactor); ok {
+		msg, h = red.String(msg), red.String(h)
+	}
+	fmt.Fprintf(stderr, "kmaterialize: %s\n", msg)
+	if h != "" {
 		fmt.Fprintf(stderr, "Try: %s\n", h)
 	}
 	return code

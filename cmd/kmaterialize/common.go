@@ -65,12 +65,22 @@ func stallFlag() cli.Flag {
 }
 
 // parseProps turns repeated -X key=value flags into a map, on top of the
-// config file's properties (see configProps).
+// -F file's properties, on top of the config file's (see configProps): -X
+// wins over -F, which wins over --config. Secret values are added to the
+// run's Redactor.
 func parseProps(c *cli.Context) (map[string]string, error) {
 	props := configProps(c)
 	if props == nil {
 		props = map[string]string{}
 	}
+	fromFile, err := fileProps(c)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range fromFile {
+		props[k] = v
+	}
+	defer redactorOf(c).AddProperties(props)
 	for _, kv := range c.StringSlice("X") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || strings.TrimSpace(k) == "" {
@@ -97,10 +107,14 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 		return zerolog.Nop(), usageErrorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
 	w := stderrOf(c)
+	tty := isTerminal(w)
+	// Through the run's log sink (above the progress bars while they are
+	// drawn) and its Redactor.
+	out := logOutput(c)
 	format := c.String("log-format")
 	switch format {
 	case "auto":
-		if isTerminal(w) {
+		if tty {
 			format = "console"
 		} else {
 			format = "json"
@@ -113,9 +127,9 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 	// forwarders): one lock keeps their lines whole, whatever w is.
 	var log zerolog.Logger
 	if format == "console" {
-		log = zerolog.New(zerolog.SyncWriter(zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}))
+		log = zerolog.New(zerolog.SyncWriter(zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05"}))
 	} else {
-		log = zerolog.New(zerolog.SyncWriter(w))
+		log = zerolog.New(zerolog.SyncWriter(out))
 	}
 	return log.Level(lvl).With().Timestamp().Logger(), nil
 }

@@ -58,6 +58,7 @@ func withConfig(cmd *cli.Command) {
 			return err
 		}
 		c.App.Metadata[metaConfig] = cfg
+		redactorOf(c).Add(cfg.Secrets()...)
 		if err := applyConfig(c, cmd, cfg); err != nil {
 			return err
 		}

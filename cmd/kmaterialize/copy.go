@@ -36,9 +36,13 @@ restarted after a crash gets its partitions back at once.
 
 The last line on stdout is a JSON summary: records, transactions, committed.
 
+Progress goes to stderr: a bar per assigned source partition on a terminal,
+JSON progress lines every --progress-interval otherwise (--progress).
+
 Examples:
   $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1
   $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1 --max-records 500 --abort
+  $ kmaterialize copy --brokers localhost:9092 --from ledger --to ledger-copy --group ledger-copier --transactional-id ledger-copier-1 -F client.properties --progress lines
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy`,
 		Flags: []cli.Flag{
 			configFlag(), brokersFlag(),
@@ -53,7 +57,7 @@ Examples:
 			&cli.BoolFlag{Name: "abort", Usage: "produce each batch and abort it: nothing becomes visible and the group does not advance"},
 			&cli.BoolFlag{Name: "repartition", Usage: "place records by key with the Java-compatible murmur2_random partitioner"},
 			&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on one transactional call; a call that times out is retried (a commit as a commit) until --stall-timeout"},
-			stallFlag(), propsFlag(),
+			stallFlag(), propsFlag(), progressIntervalFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			for _, f := range []string{"from", "to", "group", "transactional-id"} {
@@ -81,6 +85,10 @@ Examples:
 			if err := checkProps(k.brokers, k.props, replay.ProducerClient, replay.ConsumerClient); err != nil {
 				return err
 			}
+			prog, err := newProgress(c, k.log)
+			if err != nil {
+				return err
+			}
 			sum, err := copier.Run(c.Context, copier.Config{
 				Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
 				Group: c.String("group"), TransactionalID: c.String("transactional-id"),
@@ -88,7 +96,9 @@ Examples:
 				MaxRecords: c.Int64("max-records"), Follow: c.Bool("follow"), Abort: c.Bool("abort"),
 				Repartition: c.Bool("repartition"), StallTimeout: stall,
 				CallTimeout: c.Duration("call-timeout"), Log: k.log,
+				Progress: prog.Update, ProgressInterval: prog.Tick(),
 			})
+			prog.Finish()
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))
 			if errors.Is(err, copier.ErrBadDestination) {
@@ -111,16 +121,20 @@ destination as often as in the source. Prints the missing and duplicated
 counts with a few examples (partition and offset on each side), as JSON on
 stdout, and exits 0 when both are zero, 3 otherwise.
 
+Progress goes to stderr, the source's partitions then the destination's
+(--progress).
+
 Examples:
   $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy
-  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy --by value`,
+  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy --by value
+  $ kmaterialize verify --brokers localhost:9092 --from ledger --to ledger-copy -F client.properties --progress off`,
 		Flags: []cli.Flag{
 			configFlag(), brokersFlag(),
 			&cli.StringFlag{Name: "from", Usage: "source `TOPIC`"},
 			&cli.StringFlag{Name: "to", Usage: "destination `TOPIC`"},
 			&cli.StringFlag{Name: "by", Value: "record", Usage: "record (key, value and headers) or value"},
 			&cli.IntFlag{Name: "examples", Value: 5, Usage: "examples shown per kind"},
-			stallFlag(), propsFlag(),
+			stallFlag(), propsFlag(), progressIntervalFlag(),
 		},
 		Action: runVerify,
 	}

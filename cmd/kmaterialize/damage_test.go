@@ -82,6 +82,7 @@ func dbCommands(path string) map[string][]string {
 		"rebuild": {"rebuild", "--db", path, "--brokers", "127.0.0.1:1", "--topic", "t", "--stall-timeout", "2s"},
 		"check":   {"check", "--db", path},
 		"compact": {"compact", "--db", path},
+		"drop":    {"drop", "--db", path, "--table", "t"},
 	}
 }
 

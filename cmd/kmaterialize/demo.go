@@ -69,9 +69,13 @@ func runDemo(c *cli.Context) error {
 	}
 	defer db.Close()
 	cfg := replay.Config{Brokers: b.Addr, Topic: demoTopic, Log: log}
-	prog := newProgress(stderrOf(c), log, 0)
-	cfg.Progress, cfg.ProgressInterval = prog.update, prog.tick()
+	prog, err := newProgress(c, log)
+	if err != nil {
+		return err
+	}
+	cfg.Progress, cfg.ProgressInterval = prog.Update, prog.Tick()
 	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Replay: cfg, Log: log})
+	prog.Finish()
 	if err != nil {
 		return fmt.Errorf("demo rebuild failed: %w", err)
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 )
@@ -60,4 +63,119 @@ func TestDescribe(t *testing.T) {
 	}
 	mustCLI(t, 0, "describe", "--brokers", broker.Addr, "--topic", topic)
 	mustCLI(t, 5, "describe", "--brokers", broker.Addr, "--topic", "no-such-topic-describe")
+}
+
+// TestDescribeGroup: describe --group shows, per partition, the offsets the
+// test committed for the group (through franz-go's admin client) and the
+// lag behind the high watermark kfake reports (PartitionInfos), "null" for
+// a partition without a commit; without --topic, every topic the group
+// committed on; jsonl is the same rows; a group with no commit exits 6
+// with a hint. It is read-only: the group's committed offsets (read back
+// with franz-go) are unchanged and the group has no member afterwards.
+func TestDescribeGroup(t *testing.T) {
+	ctx := context.Background()
+	topic, other := newTopic(t, 3), newTopic(t, 1)
+	var recs []localkafka.Record
+	for i := 0; i < 30; i++ {
+		recs = append(recs, localkafka.Record{Partition: int32(i % 3), Key: []byte{byte('a' + i%5)}, Value: []byte("v")})
+	}
+	if _, err := broker.Produce(ctx, topic, recs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broker.Produce(ctx, other, []localkafka.Record{{Key: []byte("x"), Value: []byte("1")}, {Key: []byte("y"), Value: []byte("2")}}); err != nil {
+		t.Fatal(err)
+	}
+	group := runName(t) + "-group"
+	commits := map[int32]int64{0: 3, 1: 10}
+	if err := broker.CommitGroupOffsets(ctx, group, topic, commits); err != nil {
+		t.Fatal(err)
+	}
+	if err := broker.CommitGroupOffsets(ctx, group, other, map[int32]int64{0: 1}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := broker.GroupOffsets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		Topic     string `json:"topic"`
+		Partition int32  `json:"partition"`
+		Committed *int64 `json:"committed"`
+		High      int64  `json:"high"`
+		Lag       *int64 `json:"lag"`
+	}
+	expect := func(topic string, commits map[int32]int64) []row {
+		var out []row
+		for _, pi := range broker.Cluster.PartitionInfos(topic) {
+			r := row{Topic: topic, Partition: pi.Partition, High: pi.HighWatermark}
+			if c, ok := commits[pi.Partition]; ok {
+				lag := pi.HighWatermark - c
+				r.Committed, r.Lag = &c, &lag
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	want := expect(topic, commits)
+	var got struct {
+		Group      string `json:"group"`
+		Partitions []row  `json:"partitions"`
+	}
+	r := mustCLI(t, 0, "describe", "--brokers", broker.Addr, "--group", group, "--topic", topic, "--format", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("describe --group --format json: %v\n%s", err, r.stdout)
+	}
+	if diff := cmp.Diff(want, got.Partitions); diff != "" || got.Group != group {
+		t.Fatalf("describe --group %s (-broker +describe):\n%s", got.Group, diff)
+	}
+	if want[2].Committed != nil || *want[1].Lag != 0 || *want[0].Lag == 0 {
+		t.Fatalf("the scenario needs a partition without a commit, one with lag 0 and one behind: %+v", want)
+	}
+	// Every topic the group committed on, sorted by topic.
+	all := append(expect(topic, commits), expect(other, map[int32]int64{0: 1})...)
+	if topic > other {
+		all = append(expect(other, map[int32]int64{0: 1}), expect(topic, commits)...)
+	}
+	r = mustCLI(t, 0, "describe", "--brokers", broker.Addr, "--group", group, "--format", "jsonl")
+	var lines []row
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var x row
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			t.Fatalf("jsonl line %q: %v", l, err)
+		}
+		lines = append(lines, x)
+	}
+	if diff := cmp.Diff(all, lines); diff != "" {
+		t.Fatalf("describe --group without --topic (-broker +describe):\n%s", diff)
+	}
+	r = mustCLI(t, 0, "describe", "--brokers", broker.Addr, "--group", group, "--topic", topic)
+	if !strings.Contains(r.stdout, "total lag: "+strconv.FormatInt(*want[0].Lag, 10)+"\n") {
+		t.Fatalf("text output lacks the total lag %d:\n%s", *want[0].Lag, r.stdout)
+	}
+	r = mustCLI(t, exitNotFound, "describe", "--brokers", broker.Addr, "--group", group+"-none")
+	if !strings.Contains(r.stderr, "\nTry: ") {
+		t.Fatalf("describe of a group without commits: no hint\n%s", r.stderr)
+	}
+	mustCLI(t, exitUsage, "describe", "--brokers", broker.Addr)
+
+	// Read-only: offsets unchanged, nobody joined.
+	after, err := broker.GroupOffsets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before[group], after[group]); diff != "" {
+		t.Fatalf("describe changed the group's offsets (-before +after):\n%s", diff)
+	}
+	cl, err := broker.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dg, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := dg[group]; !ok || len(g.Members) != 0 || g.State != "Empty" {
+		t.Fatalf("the group after describe: %+v, want state Empty and no member", g)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
+	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -42,6 +43,12 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty):
 		return exitConflict
+	case errors.Is(err, materialize.ErrStaleCheckpoint):
+		// Before ErrUnavailable: a stale checkpoint's reason may quote an
+		// unreadable topic configuration, which is not an outage.
+		return exitIncomplete
+	case errors.Is(err, materialize.ErrNoSpec), errors.Is(err, snapshot.ErrImport):
+		return exitUsage
 	case errors.As(err, new(*errLedgerMismatch)):
 		return exitConflict
 	case errors.Is(err, copier.ErrStalled), errors.Is(err, copier.ErrInterrupted):
@@ -52,9 +59,10 @@ func exitCode(err error) int {
 		errors.Is(err, copier.ErrUnauthorized), errors.Is(err, replay.ErrTopicDeleted):
 		return exitUnavailable
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
-		errors.Is(err, context.Canceled):
+		errors.Is(err, context.Canceled), errors.Is(err, materialize.ErrCheckpointMoved):
 		return exitIncomplete
-	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound):
+	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound),
+		errors.Is(err, replay.ErrGroupNotFound):
 		return exitNotFound
 	case errors.Is(err, store.ErrLocked):
 		return exitBusy
@@ -112,8 +120,16 @@ func hint(err error) string {
 		return "raise --stall-timeout, or check the brokers' health"
 	case errors.Is(err, replay.ErrRecordsRemoved):
 		return "rerun the rebuild; if retention keeps deleting under it, start later with --from-timestamp"
+	case errors.Is(err, materialize.ErrStaleCheckpoint):
+		return "kmaterialize update --rebuild-if-needed runs a full rebuild instead (or kmaterialize rebuild)"
+	case errors.Is(err, materialize.ErrCheckpointMoved):
+		return "run the update again"
+	case errors.Is(err, materialize.ErrNoSpec):
+		return "kmaterialize rebuild --table NAME with the table's topic and fold options (or --config), once"
 	case errors.Is(err, store.ErrTableNotFound):
 		return "kmaterialize tables --db PATH"
+	case errors.Is(err, replay.ErrGroupNotFound):
+		return "check the group's name (kafka-consumer-groups.sh --list shows the groups), or drop --topic to see every topic it committed on"
 	case errors.Is(err, materialize.ErrWouldEmpty):
 		return "check --from-timestamp or --from-offsets; to publish the empty table anyway, add --allow-empty"
 	case errors.As(err, new(*fold.DataError)):

@@ -15,8 +15,9 @@ func exportCommand() *cli.Command {
 		Usage:     "write a table and its provenance as one reproducible JSON document",
 		UsageText: "kmaterialize export --db FILE --table TABLE [--out FILE] [--base64]",
 		Description: `Writes one JSON document: table, topic, fold and its parameters, per
-partition the retained low, the end mark, the start and the end position, the
-totals (records read and skipped, keys, and the fold's counters such as
+partition the retained low, the end mark, the start and the end position (the
+provenance, with updates_since_rebuild: the updates since the last full
+rebuild), the totals (records read and skipped, keys, and the fold's counters such as
 logical events and duplicates folded), and the rows in key order. It has no
 wall-clock field and no generation number, so two rebuilds of the same frozen
 batch export byte-identical files.

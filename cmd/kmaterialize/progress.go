@@ -1,98 +1,61 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/internal/progressview"
 )
 
-// progress shows a rebuild's per-partition position against its end mark:
-// redrawn in place on a terminal, as log lines at an interval otherwise.
-type progress struct {
-	w        io.Writer
-	log      zerolog.Logger
-	tty      bool
-	interval time.Duration
-	lines    int
-	last     replay.Progress
-	lastLog  time.Time
+// progressFlag is --progress, for every command that reads partitions
+// (rebuild, copy, verify).
+func progressFlag() cli.Flag {
+	return &cli.StringFlag{Name: "progress", Value: "auto",
+		Usage: "auto (bars on a terminal, log lines otherwise), bars (one bar per partition), lines (a progress log line per partition every --progress-interval) or off"}
 }
 
-func newProgress(w io.Writer, log zerolog.Logger, interval time.Duration) *progress {
-	return &progress{w: w, log: log, tty: isTerminal(w), interval: interval, lastLog: time.Now()}
+func progressIntervalFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"}
 }
 
-// tick is how often the replay should call update.
-func (p *progress) tick() time.Duration {
-	if p.tty {
-		return 200 * time.Millisecond
+// withProgressFlag gives --progress to every command that has
+// --progress-interval.
+func withProgressFlag(cmd *cli.Command) {
+	if hasFlag(cmd, "progress-interval") && !hasFlag(cmd, "progress") {
+		cmd.Flags = append(cmd.Flags, progressFlag())
 	}
-	return time.Second
 }
 
-func (p *progress) update(pr replay.Progress) {
-	p.last = pr
-	if p.tty {
-		p.draw(pr)
-		return
-	}
-	if time.Since(p.lastLog) < p.interval {
-		return
-	}
-	p.lastLog = time.Now()
-	for _, pp := range pr.Partitions {
-		if pp.State == replay.StateDone {
-			continue
+// newProgress returns the command's progress view on stderr: bars on a
+// terminal, with the log lines redirected above them; progress log lines
+// every --progress-interval otherwise.
+func newProgress(c *cli.Context, log zerolog.Logger) (*progressview.View, error) {
+	w := stderrOf(c)
+	tty := isTerminal(w)
+	var mode progressview.Mode
+	switch m := c.String("progress"); m {
+	case "", "auto":
+		mode = progressview.Lines
+		if tty {
+			mode = progressview.Bars
 		}
-		ev := p.log.Info().Str(keyTopic, pr.Topic).Int32(keyPartition, pp.Partition).
-			Int64("position", pp.Position).Int64("end", pp.End).Str("state", string(pp.State))
-		ev.Msg("progress")
+	case "bars":
+		mode = progressview.Bars
+	case "lines":
+		mode = progressview.Lines
+	case "off":
+		mode = progressview.Off
+	default:
+		return nil, usageErrorf("--progress %q: want auto, bars, lines or off", m)
 	}
-	p.log.Info().Str(keyTopic, pr.Topic).Int64("records", pr.Records).Int("partitions_done", done(pr)).
-		Int("partitions", len(pr.Partitions)).Msg("progress")
+	interval := c.Duration("progress-interval")
+	if c.IsSet("progress-interval") && interval <= 0 {
+		return nil, usageErrorf("--progress-interval %s: must be positive", interval)
+	}
+	return progressview.New(progressview.Options{
+		Mode: mode, Out: w, Terminal: tty, Interval: interval, Log: log,
+		Redirect: logSinkOf(c).redirect,
+	}), nil
 }
-
-func done(pr replay.Progress) int {
-	n := 0
-	for _, pp := range pr.Partitions {
-		if pp.State == replay.StateDone {
-			n++
-		}
-	}
-	return n
-}
-
-func (p *progress) draw(pr replay.Progress) {
-	var b strings.Builder
-	if p.lines > 0 {
-		fmt.Fprintf(&b, "\x1b[%dA", p.lines)
-	}
-	rate := 0.0
-	if s := pr.Elapsed.Seconds(); s > 0 {
-		rate = float64(pr.Records) / s
-	}
-	fmt.Fprintf(&b, "\x1b[2K%s: %d records, %.0f/s, %d/%d partitions done\n", pr.Topic, pr.Records, rate, done(pr), len(pr.Partitions))
-	for _, pp := range pr.Partitions {
-		span := pp.End - pp.Start
-		frac := 1.0
-		if span > 0 {
-			frac = float64(pp.Position-pp.Start) / float64(span)
-		}
-		n := int(frac * 30)
-		bar := strings.Repeat("#", n) + strings.Repeat(".", 30-n)
-		note := ""
-		if pp.State == replay.StateWaiting {
-			note = fmt.Sprintf("  waiting: open transaction holds the LSO at %d", pp.Position)
-		}
-		fmt.Fprintf(&b, "\x1b[2K  p%-3d [%s] %d/%d%s\n", pp.Partition, bar, pp.Position, pp.End, note)
-	}
-	p.lines = 1 + len(pr.Partitions)
-	fmt.Fprint(p.w, b.String())
-}
-
-func (p *progress) finish() {}

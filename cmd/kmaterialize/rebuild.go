@@ -75,9 +75,10 @@ Examples:
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
   $ KMATERIALIZE_SCHEMA_REGISTRY_USER=svc KMATERIALIZE_SCHEMA_REGISTRY_PASSWORD=... kmaterialize rebuild \
       --brokers localhost:9092 --topic orders --db orders.db --value-format avro --schema-registry http://localhost:8081
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --progress lines --progress-interval 30s
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances --end stable --db /tmp/try.db
   $ KMATERIALIZE_BROKERS=kafka:9093 kmaterialize rebuild --topic account-balances --db balances.db \
-      -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=me -X sasl.password=secret`,
+      -F client.properties    # security.protocol=SASL_SSL, sasl.password=..., one KEY=VALUE a line`,
 		Flags: append([]cli.Flag{
 			configFlag(), brokersFlag(), topicFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.BoolFlag{Name: "replace-corrupt", Usage: "if the database is corrupt, move it aside to FILE.corrupt-<UTC time> and build a fresh one"},
@@ -87,7 +88,7 @@ Examples:
 			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
-			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+			progressIntervalFlag(),
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the rebuild to `FILE` (for the benchmark)"},
 			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
 		}, foldFlags()...),
@@ -109,7 +110,6 @@ type rebuildOptions struct {
 	brokers        string
 	props          map[string]string
 	start          replay.Start
-	interval       time.Duration
 	// registry is the Schema Registry for the spec's formats.
 	registry decode.Registry
 }
@@ -126,7 +126,7 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &rebuildOptions{dbPath: c.String("db"), interval: c.Duration("progress-interval"),
+	o := &rebuildOptions{dbPath: c.String("db"),
 		replaceCorrupt: c.Bool("replace-corrupt"), brokers: b, props: props}
 	if o.spec, err = tableSpec(c); err != nil {
 		return nil, err
@@ -331,9 +331,13 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	}
 	opts.Replay.Start = o.start
 	opts.Decode.Registry = o.registry
-	prog := newProgress(stderrOf(c), log, o.interval)
-	opts.Replay.Progress = prog.update
-	opts.Replay.ProgressInterval = prog.tick()
+	prog, err := newProgress(c, log)
+	if err != nil {
+		return err
+	}
+	defer prog.Finish()
+	opts.Replay.Progress = prog.Update
+	opts.Replay.ProgressInterval = prog.Tick()
 	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
 	if !testing.Testing() {
 		defer limitGoMemory(o.spec.Memory)()
@@ -346,7 +350,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		defer stopProfile()
 	}
 	rep, err := materialize.Rebuild(c.Context, opts)
-	prog.finish()
+	prog.Finish()
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// This file is the CLI's routed path: get, scan, tables, export and rebuild
+// This file is the CLI's routed path: get, scan, tables, export, drop and rebuild
 // go through the daemon when it holds the database (its holder record names
 // its socket) or when --socket names one, and print what the direct path
 // prints from the same generation, with the same exit codes.
@@ -55,8 +55,8 @@ const rebuildDaemonHelp = `
 
 A routed rebuild sends only the table's name (--table, or the topic's) and
 waits for the run: the daemon builds the table as its config says, so
---config, --db, --table, --socket, --lock-timeout and --progress-interval are
-all it takes; any other flag is exit 2. A rebuild of the table already
+--config, --db, --table, --socket, --lock-timeout, --progress and
+--progress-interval are all it takes; any other flag is exit 2. A rebuild of the table already
 running in the daemon is exit 7.`
 
 // rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
@@ -64,6 +64,7 @@ running in the daemon is exit 7.`
 // built (the daemon's config decides that).
 var rebuildViaDaemonFlags = map[string]bool{
 	"config": true, "db": true, "table": true, "socket": true, "lock-timeout": true, "progress-interval": true,
+	"progress": true,
 }
 
 // withDaemon adds the daemon's help to a command that takes --socket and
@@ -228,6 +229,9 @@ func (d *daemon) fail(err error, table string) error {
 	case client.CodeTableNotConfigured:
 		e.code = exitUsage
 		e.hint = "add the table to the daemon's config and reload it (kill -HUP the daemon), or stop the daemon to rebuild with flags"
+	case client.CodeTableConfigured:
+		e.code = exitUsage
+		e.hint = "remove the table from the daemon's config and reload it (kill -HUP the daemon), then drop it"
 	case client.CodeRunInProgress:
 		e.code = exitBusy
 		e.hint = fmt.Sprintf("wait for run %d to end (GET /v1/tables/%s shows it), then ask again", ce.Run, table)
@@ -239,29 +243,21 @@ func (d *daemon) fail(err error, table string) error {
 	return e
 }
 
-// getVia is get through the daemon.
-func getVia(c *cli.Context, d *daemon, table string, key []byte) error {
-	v, _, err := d.cl.Get(c.Context, table, key)
-	if err != nil {
-		return d.fail(err, table)
-	}
-	return printValue(c, v)
-}
-
 // scanVia is scan through the daemon: pages pinned to one generation,
 // formatted by the direct path's formatter from the raw bytes (asked in
 // base64), held until the last row so that a failure prints nothing. A
 // publish between two pages starts the scan over.
-func scanVia(c *cli.Context, d *daemon, table string, prefix []byte, limit int) error {
+func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int) error {
 	for attempt := 1; ; attempt++ {
-		f, err := newRowFormatter(c.String("format"), c.Bool("base64"))
+		f, err := scanFormatter(c)
 		if err != nil {
 			return err
 		}
 		var sp spool
 		bw := bufio.NewWriterSize(&sp, 64<<10)
 		f.begin(bw)
-		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: prefix, Limit: limit, Base64: true},
+		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
+			KeysOnly: f.keysOnly, Limit: limit, Base64: true},
 			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
 		if err == nil {
 			f.end(bw)
@@ -315,7 +311,7 @@ func tablesVia(c *cli.Context, d *daemon, format string) error {
 		if t.Generation == 0 {
 			continue
 		}
-		info := tableInfo{TableMeta: metaOf(t), EndMark: t.EndMark}
+		info := tableInfo{TableMeta: metaOf(t), EndMark: t.EndMark, UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: t.CheckpointCapturedAt}
 		ps := make([]int32, len(t.Partitions))
 		for i, p := range t.Partitions {
 			ps[i] = p.Partition

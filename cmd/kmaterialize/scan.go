@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 	"github.com/urfave/cli/v2"
@@ -16,12 +17,24 @@ func scanCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "scan",
 		Usage:     "print a table's rows in key order",
-		UsageText: "kmaterialize scan --db FILE --table TABLE [--prefix P] [--limit N] [--format json|jsonl|tsv] [--base64]",
+		UsageText: "kmaterialize scan --db FILE --table TABLE [--prefix P] [--from K] [--to K] [--limit N] [--keys-only | --count] [--format json|jsonl|tsv|text] [--base64]",
 		Description: `Prints rows in ascending key (byte) order.
 
   json   (default) one JSON object mapping key to value, keys sorted
   jsonl  one {"key":...,"value":...} object per line
   tsv    key TAB value per line
+  text   the same as tsv
+
+--prefix, --from and --to select the rows, all at once: keys that start with
+the prefix, at or above --from (inclusive) and below --to (exclusive), so
+--from a --to b is every key that starts with a, and consecutive ranges
+(--to m, then --from m) never overlap. --key-encoding base64 or hex says that
+these three are written in that encoding (for keys that are not text).
+
+--keys-only prints keys without values: a JSON array of keys (json),
+{"key":...} lines (jsonl), or one key per line (tsv, text).
+--count prints the number of rows the scan would print (at most --limit): a
+bare number (text, tsv) or {"count":N} (json, jsonl).
 
 Keys and values are printed as UTF-8 strings. A key or value that is not
 valid UTF-8 is never mangled: the scan fails naming the key, before printing
@@ -31,32 +44,45 @@ or newline is refused the same way.
 
 Examples:
   $ kmaterialize scan --db balances.db --table account-balances
-  $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv`,
+  $ kmaterialize scan --db balances.db --table account-balances --prefix acct-4 --limit 100 --format tsv
+  $ kmaterialize scan --db balances.db --table account-balances --from acct-100 --to acct-200 --keys-only
+  $ kmaterialize scan --db balances.db --table account-balances --prefix acct- --count`,
 		Flags: []cli.Flag{
 			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.StringFlag{Name: "prefix", Usage: "only keys starting with `PREFIX`"},
+			&cli.StringFlag{Name: "from", Usage: "only keys at or above `KEY` (inclusive)"},
+			&cli.StringFlag{Name: "to", Usage: "only keys below `KEY` (exclusive)"},
 			&cli.IntFlag{Name: "limit", Usage: "at most `N` rows (0: all)"},
-			&cli.StringFlag{Name: "format", Value: "json", Usage: "json, jsonl or tsv"},
+			&cli.BoolFlag{Name: "keys-only", Usage: "print keys without values"},
+			&cli.BoolFlag{Name: "count", Usage: "print only the number of rows"},
+			formatsFlag(formatJSON, formatJSON, formatJSONL, formatTSV, formatText),
 			&cli.BoolFlag{Name: "base64", Usage: "print keys and values base64-encoded"},
+			keyEncodingFlag("--prefix, --from and --to"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageErrorf("unexpected argument %q", c.Args().First())
 			}
-			f, err := newRowFormatter(c.String("format"), c.Bool("base64"))
+			f, err := scanFormatter(c)
 			if err != nil {
 				return err
 			}
 			if c.Int("limit") < 0 {
 				return usageErrorf("--limit must not be negative")
 			}
-			table := c.String("table")
-			var prefix []byte
-			if c.IsSet("prefix") {
-				prefix = []byte(c.String("prefix"))
+			if c.Bool("count") && c.Bool("keys-only") {
+				return &usageError{msg: "--count and --keys-only exclude each other", hint: "--count alone"}
 			}
-			if routed, err := viaDaemon(c, func(d *daemon) error { return scanVia(c, d, table, prefix, c.Int("limit")) }); routed {
+			table := c.String("table")
+			rng, err := scanRange(c)
+			if err != nil {
+				return err
+			}
+			if c.Bool("count") {
+				return scanCount(c, f.format, table, rng)
+			}
+			if routed, err := viaDaemon(c, func(d *daemon) error { return scanVia(c, d, table, rng, c.Int("limit")) }); routed {
 				return err
 			}
 			db, err := openRead(c)
@@ -73,11 +99,11 @@ Examples:
 				// first byte: a partial document on stdout would look like
 				// a complete one to the next program in a pipe. Both passes
 				// read the same snapshot.
-				if err := s.Rows(prefix, c.Int("limit"), f.check); err != nil {
+				if err := s.RangeRows(rng, c.Int("limit"), f.check); err != nil {
 					return err
 				}
 				f.begin(bw)
-				if err := s.Rows(prefix, c.Int("limit"), func(k, v []byte) error { return f.row(bw, k, v) }); err != nil {
+				if err := s.RangeRows(rng, c.Int("limit"), func(k, v []byte) error { return f.row(bw, k, v) }); err != nil {
 					return err
 				}
 				f.end(bw)
@@ -91,19 +117,96 @@ Examples:
 	}
 }
 
+// scanRange is the rows --prefix, --from and --to select, decoded with
+// --key-encoding.
+func scanRange(c *cli.Context) (store.Range, error) {
+	var r store.Range
+	dec, err := keyDecoder(c)
+	if err != nil {
+		return r, err
+	}
+	for _, b := range []struct {
+		flag string
+		to   *[]byte
+	}{{"prefix", &r.Prefix}, {"from", &r.From}, {"to", &r.To}} {
+		if c.IsSet(b.flag) {
+			if *b.to, err = dec("--"+b.flag, c.String(b.flag)); err != nil {
+				return r, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// scanCount prints the number of rows in rng (at most --limit).
+func scanCount(c *cli.Context, format, table string, rng store.Range) error {
+	var n int64
+	if routed, err := viaDaemon(c, func(d *daemon) error {
+		var err error
+		n, _, err = d.cl.Count(c.Context, table, client.CountOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To})
+		return d.fail(err, table)
+	}); routed {
+		if err != nil {
+			return err
+		}
+	} else {
+		db, err := openRead(c)
+		if err != nil {
+			return err
+		}
+		err = db.ReadTable(table, func(s *store.Snapshot) error {
+			var err error
+			n, err = s.Count(rng)
+			return err
+		})
+		db.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if l := int64(c.Int("limit")); l > 0 && n > l {
+		n = l
+	}
+	var err error
+	if format == formatJSON || format == formatJSONL {
+		_, err = fmt.Fprintf(stdoutOf(c), "{\"count\":%d}\n", n)
+	} else {
+		_, err = fmt.Fprintf(stdoutOf(c), "%d\n", n)
+	}
+	return err
+}
+
 // rowFormatter prints rows in one of the scan formats.
 type rowFormatter struct {
-	format string
-	b64    bool
-	n      int
+	format   string // json, jsonl or tsv (text is tsv)
+	b64      bool
+	keysOnly bool
+	n        int
+}
+
+// scanFormatter is the formatter of scan's flags.
+func scanFormatter(c *cli.Context) (*rowFormatter, error) {
+	format, err := formatOf(c, formatJSON, formatJSONL, formatTSV, formatText)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newRowFormatter(format, c.Bool("base64"))
+	if err != nil {
+		return nil, err
+	}
+	f.keysOnly = c.Bool("keys-only")
+	return f, nil
 }
 
 func newRowFormatter(format string, b64 bool) (*rowFormatter, error) {
 	switch format {
-	case "json", "jsonl", "tsv":
+	case formatText:
+		format = formatTSV
+		fallthrough
+	case formatJSON, formatJSONL, formatTSV:
 		return &rowFormatter{format: format, b64: b64}, nil
 	}
-	return nil, usageErrorf("--format %q: want json, jsonl or tsv", format)
+	return nil, usageErrorf("--format %q: want json, jsonl, tsv or text", format)
 }
 
 func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
@@ -111,7 +214,7 @@ func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
 	if err != nil {
 		return "", &usageError{msg: err.Error(), hint: "add --base64 to print keys and values base64-encoded"}
 	}
-	if !f.b64 && f.format == "tsv" && bytes.ContainsAny(b, "\t\n") {
+	if !f.b64 && f.format == "tsv" && bytes.ContainsAny(b, "\t\n") && !(f.keysOnly && what == "key" && !bytes.ContainsRune(b, '\n')) {
 		return "", &usageError{msg: fmt.Sprintf("the %s of key %q contains a tab or newline, which tsv cannot show", what, k), hint: "--format jsonl, or --base64"}
 	}
 	return s, nil
@@ -122,7 +225,7 @@ func (f *rowFormatter) check(k, v []byte) error {
 	if f.b64 {
 		return nil
 	}
-	if _, err := f.text("key", k, k); err != nil {
+	if _, err := f.text("key", k, k); err != nil || f.keysOnly {
 		return err
 	}
 	_, err := f.text("value", k, v)
@@ -130,7 +233,10 @@ func (f *rowFormatter) check(k, v []byte) error {
 }
 
 func (f *rowFormatter) begin(w io.Writer) {
-	if f.format == "json" {
+	switch {
+	case f.format == "json" && f.keysOnly:
+		io.WriteString(w, "[")
+	case f.format == "json":
 		io.WriteString(w, "{")
 	}
 }
@@ -139,6 +245,10 @@ func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
 	ks, err := f.text("key", k, k)
 	if err != nil {
 		return err
+	}
+	if f.keysOnly {
+		f.key(w, ks)
+		return nil
 	}
 	vs, err := f.text("value", k, v)
 	if err != nil {
@@ -164,11 +274,33 @@ func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
 	return nil
 }
 
+// key prints a row of --keys-only.
+func (f *rowFormatter) key(w io.Writer, ks string) {
+	kj, _ := json.Marshal(ks)
+	switch f.format {
+	case "json":
+		if f.n > 0 {
+			io.WriteString(w, ",")
+		}
+		io.WriteString(w, "\n  ")
+		w.Write(kj)
+	case "jsonl":
+		fmt.Fprintf(w, "{\"key\":%s}\n", kj)
+	case "tsv":
+		fmt.Fprintf(w, "%s\n", ks)
+	}
+	f.n++
+}
+
 func (f *rowFormatter) end(w io.Writer) {
 	if f.format == "json" {
 		if f.n > 0 {
 			io.WriteString(w, "\n")
 		}
-		io.WriteString(w, "}\n")
+		if f.keysOnly {
+			io.WriteString(w, "]\n")
+		} else {
+			io.WriteString(w, "}\n")
+		}
 	}
 }

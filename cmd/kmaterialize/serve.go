@@ -23,7 +23,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
 		Usage:     "run the daemon: keep the config's tables published and answer other processes over a unix socket",
-		UsageText: "kmaterialize serve --config FILE [--lock-timeout DURATION]",
+		UsageText: "kmaterialize serve --config FILE [-F PROPERTIES-FILE] [--lock-timeout DURATION]",
 		Description: `Holds the database named by the config file, builds every configured table
 that has never been published, rebuilds tables on their schedules and on
 request, and answers reads over HTTP on a unix socket (and on the optional
@@ -75,6 +75,10 @@ Secrets (properties whose name says password, secret or token,
 sasl.jaas.config, ssl.key.pem, and the admin token) never appear in logs or
 errors.
 
+-F FILE (a kcat-style librdkafka properties file, KEY=VALUE lines) adds
+Kafka properties over the config's kafka.properties, for example to keep a
+password in a file of its own; SIGHUP reads it again.
+
 Signals: SIGHUP reloads the file: added tables are built, removed ones are no
 longer rebuilt or scheduled but stay readable; a file that does not load is
 logged and the running tables are kept (db, socket and listen changes need a
@@ -90,7 +94,7 @@ Examples:
   $ kmaterialize serve --config /etc/kmaterialize/kmaterialize.yaml
   $ curl --unix-socket /run/kmaterialize/tables.sock http://kmaterialize/v1/tables/balances/keys/acct-42
   $ kill -HUP $(pidof kmaterialize)     # reload the config`,
-		Flags:  []cli.Flag{configFlag(), lockTimeoutFlag()},
+		Flags:  []cli.Flag{configFlag(), lockTimeoutFlag(), propsFileFlag()},
 		Action: runServe,
 	}
 }
@@ -114,15 +118,20 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := loadServeConfig(path)
+	propsFile := c.String("F")
+	cfg, err := loadServeConfig(path, propsFile)
 	if err != nil {
 		return err
 	}
+	// The file's secrets, before anything can print them.
+	red := redactorOf(c)
+	red.Add(cfg.Secrets()...)
 	srv, err := serve.New(serve.Config{
 		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
 		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
+		Update: serveUpdate(cfg),
 	})
 	if err != nil {
 		return err
@@ -141,7 +150,7 @@ func runServe(c *cli.Context) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, srv, log)
+				reload(path, propsFile, cfg, srv, log, red)
 			}
 		}
 	}()
@@ -157,11 +166,24 @@ func runServe(c *cli.Context) error {
 
 // loadServeConfig loads the file and checks what serve needs beyond what
 // the file format requires: a database, and Kafka properties librdkafka
-// accepts (named without their values when secret).
-func loadServeConfig(path string) (*config.Config, error) {
+// accepts (named without their values when secret). A -F properties file
+// (at most one) is read with it, its properties over the config's.
+func loadServeConfig(path string, propsFile ...string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
+	}
+	for _, f := range propsFile {
+		if f == "" {
+			continue
+		}
+		props, err := config.LoadProperties(f)
+		if err != nil {
+			return nil, fmt.Errorf("-F: %w", err)
+		}
+		for k, v := range props {
+			cfg.Kafka.Properties[k] = v
+		}
 	}
 	if cfg.DB == "" {
 		return nil, &config.Error{Path: path, Field: "db", Msg: "required by serve"}
@@ -187,8 +209,11 @@ func loadServeConfig(path string) (*config.Config, error) {
 
 // reload is SIGHUP: the tables of the file as it is now replace the
 // running ones; a file that does not load changes nothing.
-func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logger) {
-	cfg, err := loadServeConfig(path)
+func reload(path, propsFile string, old *config.Config, srv *serve.Server, log zerolog.Logger, red *config.Redactor) {
+	cfg, err := loadServeConfig(path, propsFile)
+	if err == nil {
+		red.Add(cfg.Secrets()...)
+	}
 	if err != nil {
 		log.Error().Err(err).Str("config", path).Msg("reload failed: keeping the running tables")
 		return
@@ -205,8 +230,12 @@ func reload(path string, old *config.Config, srv *serve.Server, log zerolog.Logg
 }
 
 // serveTables turns each table of cfg into a serve.Table whose Build is
-// the same rebuild as kmaterialize rebuild --config FILE --table NAME.
+// the same rebuild as kmaterialize rebuild --config FILE --table NAME. A
+// build's error is what the API shows (runs, table status): none of the
+// config's secrets may be in it.
 func serveTables(cfg *config.Config) []serve.Table {
+	red := config.NewRedactor()
+	red.Add(cfg.Secrets()...)
 	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
 	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
 	out := make([]serve.Table, 0, len(cfg.Tables))
@@ -224,11 +253,26 @@ func serveTables(cfg *config.Config) []serve.Table {
 				if err != nil {
 					err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
 				}
-				return rep, config.Scrub(err, props)
+				return rep, red.Error(config.Scrub(err, props))
 			},
 		})
 	}
 	return out
+}
+
+// serveUpdate is the daemon's update: kmaterialize update --db FILE
+// --table NAME with the config's brokers and properties (those of the
+// config loaded at start).
+func serveUpdate(cfg *config.Config) serve.UpdateFunc {
+	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
+	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
+		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
+			RebuildIfNeeded: rebuildIfNeeded, Log: log})
+		if err != nil {
+			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
+		}
+		return rep, config.Scrub(err, props)
+	}
 }
 
 // notifyReady sends READY=1 to systemd's notify socket, when there is one

@@ -22,23 +22,25 @@ func tablesCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "tables",
 		Usage:     "list the tables in a database with how and when they were built",
-		UsageText: "kmaterialize tables --db FILE [--format text|json]",
+		UsageText: "kmaterialize tables --db FILE [--format text|json|jsonl]",
 		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
 how long it took, records read and skipped (by reason: null_key, empty_key,
 key_too_large, undecodable, unknown_group), the partitions it covers (those
 captured when its rebuild started), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
-position reached.
+position reached; after kmaterialize update, where the table's data starts
+and ends, how many updates followed the last full rebuild and when the
+checkpoint's end marks were captured (unknown for an imported table).
 
 Examples:
   $ kmaterialize tables --db balances.db
   $ kmaterialize tables --db balances.db --format json`,
 		Flags: []cli.Flag{
 			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
-			formatFlag(),
+			formatsFlag(formatText, formatText, formatJSON, formatJSONL),
 		},
 		Action: func(c *cli.Context) error {
-			format, err := textOrJSON(c)
+			format, err := formatOf(c, formatText, formatJSON, formatJSONL)
 			if err != nil {
 				return err
 			}
@@ -61,6 +63,15 @@ Examples:
 
 // renderTables prints infos in format, for the database at path.
 func renderTables(c *cli.Context, format, path string, infos []tableInfo) error {
+	if format == formatJSONL {
+		enc := json.NewEncoder(stdoutOf(c))
+		for _, t := range infos {
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if format == "json" {
 		enc := json.NewEncoder(stdoutOf(c))
 		enc.SetIndent("", "  ")
@@ -76,6 +87,14 @@ type tableInfo struct {
 	// captured when its rebuild started, whatever was added since.
 	PartitionSet string                 `json:"partition_set"`
 	Partitions   []checkpoint.Partition `json:"partitions"`
+	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
+	// provenance (zero time: unknown, an imported table).
+	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
+	CheckpointCapturedAt time.Time `json:"checkpoint_captured_at"`
+	// Spec hides the stored definition of the embedded TableMeta (a
+	// shallower field of the same name wins): tables shows how a table was
+	// built, not the JSON it keeps for update.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 func loadTables(db *store.DB) ([]tableInfo, error) {
@@ -94,7 +113,8 @@ func loadTables(db *store.DB) ([]tableInfo, error) {
 			for i, p := range cp.Partitions {
 				ps[i] = p.Partition
 			}
-			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions})
+			out = append(out, tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions,
+				UpdatesSinceRebuild: cp.Updates, CheckpointCapturedAt: cp.CapturedAt})
 		}
 		return nil
 	})
@@ -129,6 +149,11 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		}
 		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", t.PartitionSet, len(t.Partitions))
 		fmt.Fprintf(tw, "  end mark:\t%s\n", t.EndMark)
+		captured := "unknown (imported)"
+		if !t.CheckpointCapturedAt.IsZero() {
+			captured = t.CheckpointCapturedAt.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "  updates since rebuild:\t%d (end marks captured %s)\n", t.UpdatesSinceRebuild, captured)
 		fmt.Fprintf(tw, "  partition\tlow\tstart\tend mark\treached\n")
 		for _, p := range t.Partitions {
 			fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\n", p.Partition, p.Low, p.Start, p.High, p.End)

@@ -36,8 +36,14 @@ func runVerify(c *cli.Context) error {
 	if err := checkProps(k.brokers, k.props, replay.ConsumerClient); err != nil {
 		return err
 	}
+	prog, err := newProgress(c, k.log)
+	if err != nil {
+		return err
+	}
 	rep, err := verify.Run(c.Context, verify.Config{Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
-		ByValue: by == "value", StallTimeout: stall, Examples: c.Int("examples"), Log: k.log})
+		ByValue: by == "value", StallTimeout: stall, Examples: c.Int("examples"), Log: k.log,
+		Progress: prog.Update, ProgressInterval: prog.Tick()})
+	prog.Finish()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,564 @@
+package materialize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// UpdateOptions describe one incremental update of a published table.
+type UpdateOptions struct {
+	DB    *store.DB
+	Table string // required: the table's definition is the one stored with it
+	// Brokers and Props are the connection settings (a table's definition
+	// holds none).
+	Brokers string
+	Props   map[string]string
+	// End, StallTimeout and Memory override the stored definition's when
+	// set.
+	End          replay.EndMark
+	StallTimeout time.Duration
+	Memory       int64
+	// RebuildIfNeeded runs a full rebuild (from the stored definition)
+	// instead of refusing when the checkpoint cannot be continued
+	// (*StaleCheckpointError).
+	RebuildIfNeeded bool
+	// Progress and ProgressInterval are the replay's (replay.Config).
+	Progress         func(replay.Progress)
+	ProgressInterval time.Duration
+	// Now is the clock the checkpoint's age is measured with. Default
+	// time.Now.
+	Now func() time.Time
+	Log zerolog.Logger
+}
+
+// How an update changed the table (Report.Mode).
+const (
+	// ModeInPlace: the new records were applied to the published
+	// generation in one write transaction.
+	ModeInPlace = "in-place"
+	// ModeMerged: the published rows and the new ones were merged into a
+	// new generation, published like a rebuild.
+	ModeMerged = "merged"
+	// ModeRebuilt: the checkpoint could not be continued and
+	// RebuildIfNeeded ran a full rebuild.
+	ModeRebuilt = "rebuilt"
+)
+
+// Topic configuration entries an update reads (DescribeConfigs).
+const (
+	configCleanupPolicy   = "cleanup.policy"
+	configDeleteRetention = "delete.retention.ms"
+)
+
+// Update applies what table's topic gained since its checkpoint, up to the
+// end marks captured once at its start (the rebuild's end rules), and
+// publishes it atomically: readers see the table before or after the whole
+// update. The table's definition is the one stored with it (LoadSpec).
+//
+// A backlog that fits the memory bound is applied to the published
+// generation in one write transaction (store.DB.Apply); a larger one is
+// merged with the published rows into a new generation, published like a
+// rebuild. Either way the checkpoint commits with the rows, and Stats are
+// those of a full rebuild over the same records.
+//
+// It refuses, with a *StaleCheckpointError (ErrStaleCheckpoint) and before
+// reading anything, a checkpoint the topic no longer continues: below a
+// partition's retained low, past its end, a partition gone, or, on a
+// compacted topic, older than delete.retention.ms (or of unknown age, or a
+// topic configuration it cannot read); with RebuildIfNeeded it runs a full
+// rebuild instead. A count fold's conflict between the new records and the
+// table's is a *fold.ConflictError, and the table is unchanged.
+func Update(ctx context.Context, o UpdateOptions) (Report, error) {
+	started := time.Now()
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	spec, err := LoadSpec(o.DB, o.Table)
+	if err != nil {
+		return Report{}, err
+	}
+	// The overrides are this run's: the table keeps its stored definition.
+	stored := spec
+	if o.End != "" {
+		spec.End = o.End
+	}
+	if o.StallTimeout > 0 {
+		spec.StallTimeout = o.StallTimeout
+	}
+	if o.Memory > 0 {
+		spec.Memory = o.Memory
+	}
+	meta, cp, ok, err := loadState(o.DB, o.Table)
+	if err != nil {
+		return Report{}, err
+	}
+	log := o.Log.With().Str("table", o.Table).Logger()
+	var stale error
+	if !ok {
+		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1, Reason: "the table has no checkpoint"}
+	} else if cp.Topic != spec.Topic {
+		stale = &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1,
+			Reason: fmt.Sprintf("its checkpoint is of topic %q", cp.Topic)}
+	}
+	var rep Report
+	if stale == nil {
+		rep, err = update(ctx, o, spec, meta, cp, started, log)
+		if !errors.Is(err, ErrStaleCheckpoint) {
+			return rep, err
+		}
+		stale = err
+	}
+	if !o.RebuildIfNeeded {
+		return rep, stale
+	}
+	log.Warn().Str("reason", stale.Error()).Msg("the checkpoint cannot be continued: running a full rebuild (--rebuild-if-needed)")
+	opts, err := spec.Options(o.DB, o.Brokers, o.Props, o.Log)
+	if err != nil {
+		return Report{}, err
+	}
+	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
+	opts.Spec = &stored
+	rep, err = Rebuild(ctx, opts)
+	rep.Mode = ModeRebuilt
+	return rep, err
+}
+
+// loadState reads the table's metadata and checkpoint in one transaction.
+func loadState(db *store.DB, table string) (store.TableMeta, checkpoint.Checkpoint, bool, error) {
+	var meta store.TableMeta
+	var cp checkpoint.Checkpoint
+	var ok bool
+	err := db.ReadTable(table, func(s *store.Snapshot) error {
+		meta = s.Meta
+		var err error
+		cp, ok, err = checkpoint.Load(s.Tx, table)
+		return err
+	})
+	if err != nil {
+		return meta, cp, false, fmt.Errorf("table %q: %w", table, err)
+	}
+	return meta, cp, ok, nil
+}
+
+// update is one update from checkpoint cp of the table published as meta.
+func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMeta, cp checkpoint.Checkpoint,
+	started time.Time, log zerolog.Logger) (Report, error) {
+	opts, err := spec.Options(o.DB, o.Brokers, o.Props, o.Log)
+	if err != nil {
+		return Report{}, err
+	}
+	if opts.Memory <= 0 {
+		opts.Memory = DefaultMemory
+	}
+	split := splitMemory(opts.Memory)
+	rc := opts.Replay
+	rc.Progress, rc.ProgressInterval = o.Progress, o.ProgressInterval
+	if _, set := rc.Props[prefetchProp]; !set {
+		props := maps.Clone(rc.Props)
+		if props == nil {
+			props = map[string]string{}
+		}
+		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
+		rc.Props = props
+	}
+	rc.Start.Offsets = map[int32]int64{}
+	for _, p := range cp.Partitions {
+		rc.Start.Offsets[p.Partition] = p.End
+	}
+	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
+	var retention time.Duration // the compacted topic's delete.retention.ms; 0 when not compacted
+	rc.Check = func(plan replay.Plan) error {
+		retention = compactedRetention(plan)
+		return checkContinues(o.Table, cp, plan, o.Now())
+	}
+
+	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
+	switch f := opts.Fold.(type) {
+	case *fold.Latest:
+		f.SortExternally(split.hold)
+		f.Resume(statsOf(meta))
+		u.latest = f
+	case *fold.Count:
+		counts, err := readCounts(o.DB, o.Table)
+		if err != nil {
+			return Report{}, err
+		}
+		f.Resume(counts, statsOf(meta))
+		u.count = f
+	default:
+		return Report{}, fmt.Errorf("table %q: fold %q cannot be updated", o.Table, opts.Fold.Name())
+	}
+	defer u.abort()
+
+	res, err := replay.Run(ctx, rc, u.sink)
+	if err != nil {
+		return Report{Replay: res}, err
+	}
+	// The check before the read saw the checkpoint young enough; a read
+	// that outlasted the rest of delete.retention.ms may have missed a
+	// tombstone removed meanwhile.
+	if age := o.Now().Sub(cp.CapturedAt); retention > 0 && age > retention {
+		return Report{Replay: res}, &StaleCheckpointError{Table: o.Table, Topic: spec.Topic, Partition: -1, Checkpoint: -1, Low: -1,
+			Reason: fmt.Sprintf("the topic is compacted and the update's read ended %s after the checkpoint was captured, past %s=%d: tombstones written since may be gone",
+				age.Round(time.Millisecond), configDeleteRetention, retention.Milliseconds())}
+	}
+	if err := ctx.Err(); err != nil {
+		return Report{Replay: res}, fmt.Errorf("update of table %q interrupted before publish: %w", o.Table, err)
+	}
+	next := nextCheckpoint(cp, res.Plan)
+	// The table keeps its stored definition (meta.Spec): the run's
+	// overrides (--end, --stall-timeout, --memory) are not stored.
+	var specJSON []byte
+	// The checkpoint must still be the one the update started from: a
+	// follower (or anything else) that applied records meanwhile would
+	// otherwise have them applied twice.
+	hook := func(tx *bolt.Tx) error {
+		now, ok, err := checkpoint.Load(tx, o.Table)
+		if err != nil {
+			return err
+		}
+		if !ok || !sameCheckpoint(now, cp) {
+			return fmt.Errorf("table %q: %w", o.Table, ErrCheckpointMoved)
+		}
+		return checkpoint.Save(tx, o.Table, next)
+	}
+	mode, err := u.publish(ctx, meta, specJSON, hook)
+	log = log.With().Int("runs", u.runs).Logger()
+	if err != nil {
+		return Report{Replay: res}, err
+	}
+	published, err := o.DB.Table(o.Table)
+	if err != nil {
+		return Report{Replay: res}, err
+	}
+	log.Info().Str("topic", spec.Topic).Str("mode", mode).Int64("records", res.Records).Int64("keys", published.Keys).
+		Int64("updates", next.Updates).Dur("took", time.Since(started)).Msg("updated")
+	return Report{Meta: published, Checkpoint: next, Replay: res, Mode: mode}, nil
+}
+
+// ErrCheckpointMoved is returned when a table's checkpoint changed while an
+// update read from it (a rebuild, or a follower, published meanwhile):
+// nothing is published, and the update can be run again.
+var ErrCheckpointMoved = errors.New("the table's checkpoint changed during the update (another update, a follower or a rebuild published meanwhile); nothing was published")
+
+// sameCheckpoint reports whether a and b record the same positions.
+func sameCheckpoint(a, b checkpoint.Checkpoint) bool {
+	if a.Topic != b.Topic || a.EndMark != b.EndMark || !a.CapturedAt.Equal(b.CapturedAt) || a.Updates != b.Updates ||
+		len(a.Partitions) != len(b.Partitions) {
+		return false
+	}
+	for i := range a.Partitions {
+		if a.Partitions[i] != b.Partitions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// nextCheckpoint is the checkpoint after an update from cp that read plan:
+// each partition's data still starts where the table's did (a partition
+// added since starts where the update read it from), and ends at the
+// update's end.
+func nextCheckpoint(cp checkpoint.Checkpoint, plan replay.Plan) checkpoint.Checkpoint {
+	old := map[int32]checkpoint.Partition{}
+	for _, p := range cp.Partitions {
+		old[p.Partition] = p
+	}
+	next := checkpoint.Checkpoint{Topic: cp.Topic, EndMark: string(plan.End), CapturedAt: plan.CapturedAt, Updates: cp.Updates + 1}
+	for _, p := range plan.Partitions {
+		start := p.Start
+		if o, ok := old[p.Partition]; ok {
+			start = o.Start
+		}
+		next.Partitions = append(next.Partitions, checkpoint.Partition{
+			Partition: p.Partition, Low: p.Low, Start: start, High: p.End, End: p.End,
+		})
+	}
+	return next
+}
+
+// statsOf is the fold counters a published table records.
+func statsOf(m store.TableMeta) fold.Stats {
+	return fold.Stats{Records: m.Records, Skipped: m.Skipped, SkippedByReason: m.SkippedByReason, Extra: m.Extra}
+}
+
+// readCounts reads a count table's rows: group -> count.
+func readCounts(db *store.DB, table string) (map[string]int64, error) {
+	counts := map[string]int64{}
+	err := db.Scan(table, nil, 0, func(k, v []byte) error {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: table %q: row %q is not a count: %q", store.ErrCorrupt, table, k, v)
+		}
+		counts[string(k)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("table %q: read its counts: %w", table, err)
+	}
+	return counts, nil
+}
+
+// updater folds an update's records: in memory while they may still fit
+// one transaction on the published generation, and into a new generation
+// (begun from the published one) once they cannot.
+type updater struct {
+	ctx    context.Context // the update's: it ends a copy begun from the sink
+	db     *store.DB
+	table  string
+	base   uint64 // the published generation the update started from
+	memory int64
+	hold   int
+	log    zerolog.Logger
+
+	latest *fold.Latest // the latest fold: rows held in memory, spilled as runs
+	count  *fold.Count  // the count fold: records buffered until they no longer fit
+
+	buf      [][]fold.Record // count: the records not yet folded
+	bufBytes int
+	records  int64 // records handed to the sink
+
+	gen  *store.Generation // the new generation, once the update does not fit
+	runs int               // run files the latest fold spilled
+}
+
+// sink is the replay's Sink.
+func (u *updater) sink(batch []fold.Record) error {
+	u.records += int64(len(batch))
+	if u.latest != nil {
+		for len(batch) > 0 {
+			n := min(len(batch), foldChunk)
+			if err := u.latest.Fold(nil, batch[:n]); err != nil {
+				return err
+			}
+			batch = batch[n:]
+			if !u.latest.Full() {
+				continue
+			}
+			if err := u.begin(u.ctx); err != nil {
+				return err
+			}
+			if err := u.gen.SpillRun(u.latest.Sorted()); err != nil {
+				return err
+			}
+			u.latest.Reset()
+		}
+		return nil
+	}
+	if u.gen != nil {
+		return u.gen.Write(func(t fold.Table) error { return u.count.Fold(t, batch) })
+	}
+	u.buf = append(u.buf, batch)
+	for i := range batch {
+		u.bufBytes += len(batch[i].Key) + len(batch[i].Value) + 64
+	}
+	if u.bufBytes < u.hold {
+		return nil
+	}
+	// Too many records to hold: fold them into a new generation that
+	// starts as a copy of the published one's identity index.
+	if err := u.begin(u.ctx); err != nil {
+		return err
+	}
+	return u.flushBuf()
+}
+
+// flushBuf folds the buffered records into the new generation.
+func (u *updater) flushBuf() error {
+	buf := u.buf
+	u.buf, u.bufBytes = nil, 0
+	return u.gen.Write(func(t fold.Table) error {
+		for _, b := range buf {
+			if err := u.count.Fold(t, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// begin starts the new generation, once. For the count fold it copies the
+// published generation's identity index into it.
+func (u *updater) begin(ctx context.Context) error {
+	if u.gen != nil {
+		return nil
+	}
+	g, err := u.db.Begin(u.table)
+	if err != nil {
+		return fmt.Errorf("update table %q: %w", u.table, err)
+	}
+	u.gen = g
+	u.log.Info().Uint64("generation", g.ID()).Msg("the update does not fit one transaction: merging it with the published rows into a new generation")
+	if u.count != nil {
+		if err := g.CopyIndexes(ctx, u.base); err != nil {
+			return fmt.Errorf("update table %q: %w", u.table, err)
+		}
+	}
+	return nil
+}
+
+// abort drops the new generation unless it was published.
+func (u *updater) abort() {
+	if u.gen == nil {
+		return
+	}
+	if err := u.gen.Abort(); err != nil {
+		u.log.Warn().Err(err).Uint64("generation", u.gen.ID()).Msg("could not drop the unpublished generation; the next open removes it")
+	}
+}
+
+// txPageCost is what one touched page costs a write transaction: bbolt
+// holds it as a node (its keys and values) and writes it out at the
+// commit, once split; twice the page size, as an estimate.
+const txPageCost = 2
+
+// fitsInPlace reports whether rows changed rows (or, for the count fold,
+// index entries) of held bytes fit one write transaction on the published
+// generation: the bytes held, plus each touched page (at most the file's
+// pages), within half the memory bound.
+func (u *updater) fitsInPlace(rows int64, held int64) bool {
+	page := int64(u.db.Bolt().Info().PageSize)
+	pages := rows
+	if fi, err := os.Stat(u.db.Path()); err == nil {
+		pages = min(pages, fi.Size()/page)
+	}
+	return held+pages*page*txPageCost <= u.memory/2
+}
+
+// publish makes the update visible, in place or as a new generation, and
+// returns which.
+func (u *updater) publish(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
+	if u.latest != nil {
+		return u.publishLatest(ctx, meta, spec, hook)
+	}
+	return u.publishCount(ctx, meta, spec, hook)
+}
+
+func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
+	rows := u.latest.Sorted()
+	stats := u.latest.Stats()
+	if u.gen == nil && u.fitsInPlace(int64(rows.Len()), int64(u.hold)) {
+		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
+			for {
+				k, v, ok, _ := rows.Next()
+				if !ok {
+					return nil
+				}
+				if v == nil {
+					if err := t.Delete(k); err != nil {
+						return fmt.Errorf("delete key %q: %w", k, err)
+					}
+					continue
+				}
+				if err := t.Put(k, v); err != nil {
+					return fmt.Errorf("put key %q: %w", k, err)
+				}
+			}
+		}, func(m *store.TableMeta) error {
+			setStats(m, stats, spec)
+			m.Empty = m.Keys == 0
+			return nil
+		}, hook)
+		if err != nil {
+			return "", u.applyError(err)
+		}
+		return ModeInPlace, nil
+	}
+	if err := u.begin(ctx); err != nil {
+		return "", err
+	}
+	u.runs = u.gen.Runs()
+	if err := u.gen.WriteMergedOver(ctx, u.base, rows); err != nil {
+		return "", fmt.Errorf("update table %q: %w", u.table, err)
+	}
+	u.latest.Reset()
+	has, err := u.gen.HasRows()
+	if err != nil {
+		return "", fmt.Errorf("update table %q: %w", u.table, err)
+	}
+	m := meta
+	setStats(&m, stats, spec)
+	m.Empty = !has
+	if err := u.gen.Publish(m, hook); err != nil {
+		return "", fmt.Errorf("publish table %q: %w", u.table, err)
+	}
+	return ModeMerged, nil
+}
+
+func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
+	if u.gen == nil && u.fitsInPlace(u.records, int64(u.bufBytes)) {
+		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
+			for _, b := range u.buf {
+				if err := u.count.Fold(t, b); err != nil {
+					return err
+				}
+			}
+			return u.count.Finish(t)
+		}, func(m *store.TableMeta) error {
+			setStats(m, u.count.Stats(), spec)
+			m.Empty = u.count.Empty()
+			return nil
+		}, hook)
+		if err != nil {
+			return "", u.applyError(err)
+		}
+		return ModeInPlace, nil
+	}
+	if err := u.begin(ctx); err != nil {
+		return "", err
+	}
+	if len(u.buf) > 0 {
+		if err := u.flushBuf(); err != nil {
+			return "", err
+		}
+	}
+	if err := u.gen.Write(u.count.Finish); err != nil {
+		return "", fmt.Errorf("table %q: %w", u.table, err)
+	}
+	m := meta
+	setStats(&m, u.count.Stats(), spec)
+	m.Empty = u.count.Empty()
+	if err := u.gen.Publish(m, hook); err != nil {
+		return "", fmt.Errorf("publish table %q: %w", u.table, err)
+	}
+	return ModeMerged, nil
+}
+
+// applyError returns an Apply error as is when it is the fold's (a
+// conflict, a bad record), wrapped with the table otherwise.
+func (u *updater) applyError(err error) error {
+	if errors.Is(err, ErrCheckpointMoved) {
+		return err
+	}
+	if errors.Is(err, store.ErrGenerationChanged) {
+		return fmt.Errorf("%w: %w", ErrCheckpointMoved, err)
+	}
+	var de *fold.DataError
+	var ce *fold.ConflictError
+	if errors.As(err, &de) || errors.As(err, &ce) {
+		return err
+	}
+	return fmt.Errorf("update table %q: %w", u.table, err)
+}
+
+// setStats records a resumed fold's (cumulative) counters and the
+// definition in m.
+func setStats(m *store.TableMeta, s fold.Stats, spec []byte) {
+	m.Records, m.Skipped, m.SkippedByReason, m.Extra = s.Records, s.Skipped, s.SkippedByReason, s.Extra
+	if spec != nil {
+		m.Spec = spec
+	}
+}

@@ -1,0 +1,57 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// dropJSON is the body of DELETE /v1/tables/{table}: the table that was
+// dropped, as it was.
+type dropJSON struct {
+	Dropped    string `json:"dropped"`
+	Generation uint64 `json:"generation"`
+	Keys       int64  `json:"keys"`
+}
+
+// drop removes a table from the file (DELETE /v1/tables/{table}): its
+// entry, its generation and its checkpoint in one transaction
+// (materialize.Drop), as `kmaterialize drop` does on the file. A table in
+// the daemon's config is refused (409 table_configured): the daemon would
+// build it again, and a drop would race its runs.
+func (s *Server) drop(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r) {
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	s.mu.Lock()
+	_, configured := s.tables[table]
+	s.mu.Unlock()
+	if configured {
+		writeError(w, http.StatusConflict, codeTableConfigured,
+			fmt.Sprintf("table %q is in the daemon's config, which would build it again: remove it from the config and reload (SIGHUP), then drop it", table))
+		return
+	}
+	m, err := materialize.Drop(db, table)
+	switch {
+	case errors.Is(err, store.ErrTableNotFound):
+		writeError(w, http.StatusNotFound, codeTableNotFound, err.Error())
+		return
+	case err != nil:
+		s.cfg.Log.Error().Err(err).Str(keyTable, table).Msg("drop failed")
+		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		return
+	}
+	s.cfg.Log.Info().Str(keyTable, table).Uint64(keyGeneration, m.Generation).Int64("keys", m.Keys).Msg("table dropped")
+	writeJSON(w, http.StatusOK, dropJSON{Dropped: table, Generation: m.Generation, Keys: m.Keys})
+}

@@ -1,0 +1,158 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// triggerUpdate is the trigger of a run that POST .../update started.
+const triggerUpdate = "update"
+
+// UpdateFunc runs one incremental update of table in db (materialize.Update
+// with the daemon's brokers and the table's stored definition). ctx ends on
+// shutdown; an update that returns after it ended must not have published.
+type UpdateFunc func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error)
+
+// updateResult is the body of POST .../update: the run's outcome, as the
+// CLI's update prints it.
+type updateResult struct {
+	Run        uint64  `json:"run"`
+	ExitCode   int     `json:"exit_code"`
+	Error      *string `json:"error"`
+	Generation *uint64 `json:"generation"`
+	// Mode is materialize.Report.Mode: "in-place", "merged" or "rebuilt".
+	Mode    string `json:"mode,omitempty"`
+	Keys    int64  `json:"keys"`
+	Records int64  `json:"records"` // new records the update read
+	Updates int64  `json:"updates"` // updates since the last full rebuild
+}
+
+// update runs an incremental update of a table the database holds, from its
+// stored definition, and answers when it ends: the request carries only
+// the table's name and rebuild_if_needed. It takes the table's run lock, so
+// it never overlaps a rebuild of the same table.
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "rebuild_if_needed") {
+		return
+	}
+	rebuild := false
+	switch v := r.URL.Query().Get("rebuild_if_needed"); v {
+	case "", "0", "false":
+	case "1", "true":
+		rebuild = true
+	default:
+		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("rebuild_if_needed %q: want 1 or 0", v))
+		return
+	}
+	if r.ContentLength > 0 {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "an update request carries no body: the table's stored definition decides how it is updated")
+		return
+	}
+	if s.cfg.Update == nil {
+		writeError(w, http.StatusNotFound, codeTableNotConfigured, "this daemon runs no updates (no Update function configured)")
+		return
+	}
+	run, rep, err := s.startUpdate(table, rebuild)
+	switch {
+	case errors.Is(err, errRunning):
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already going (run %d)", table, run.id), Code: codeRunInProgress, Run: run.id})
+		return
+	case errors.Is(err, errStopping):
+		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		return
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	res, done := waitRun(r.Context(), run)
+	if !done {
+		return // the client went away; the run goes on
+	}
+	out := updateResult{Run: res.ID, ExitCode: res.ExitCode}
+	if res.Err != nil {
+		msg := res.Err.Error()
+		out.Error = &msg
+		if db := s.database(w); db == nil {
+			return
+		} else if m, err := db.Table(table); err == nil {
+			out.Generation = &m.Generation
+		}
+	} else {
+		g := res.Generation
+		out.Generation = &g
+		out.Mode, out.Keys, out.Records, out.Updates = rep.Mode, rep.Meta.Keys, rep.Replay.Records, rep.Checkpoint.Updates
+	}
+	if errors.Is(res.Err, store.ErrTableNotFound) {
+		writeError(w, http.StatusNotFound, codeTableNotFound, res.Err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// startUpdate takes table's run lock and starts the update in a goroutine
+// owned by Run (runWG). The report is set before the run's done closes.
+func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *materialize.Report, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil || s.stopping {
+		return nil, nil, errStopping
+	}
+	st := s.state(name)
+	if st.active != nil {
+		return st.active, nil, errRunning
+	}
+	s.runSeq++
+	r := &run{id: s.runSeq, table: name, trigger: triggerUpdate, started: s.now(), done: make(chan struct{})}
+	st.active = r
+	rep := &materialize.Report{}
+	s.runWG.Add(1)
+	go func() {
+		defer s.runWG.Done()
+		s.executeUpdate(r, rebuildIfNeeded, rep)
+	}()
+	return r, rep, nil
+}
+
+// executeUpdate runs the update for r, records its outcome and releases the
+// run lock.
+func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Report) {
+	log := s.cfg.Log.With().Str(keyTable, r.table).Uint64("run", r.id).Str("trigger", r.trigger).Logger()
+	log.Info().Bool("rebuild_if_needed", rebuildIfNeeded).Msg("update started")
+	rep, err := func() (rep materialize.Report, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("update of table %q panicked: %v\n%s", r.table, p, debug.Stack())
+			}
+		}()
+		return s.cfg.Update(s.runCtx, s.db, r.table, rebuildIfNeeded, log)
+	}()
+	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
+	if err == nil {
+		res.Generation, res.Records = rep.Meta.Generation, rep.Meta.Records
+		log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Dur("took", res.Took).Msg("update published")
+	} else {
+		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("update failed; the table is unchanged")
+	}
+	s.mu.Lock()
+	st := s.state(r.table)
+	st.active = nil
+	st.last = &res
+	*out = rep
+	r.result = res
+	s.mu.Unlock()
+	close(r.done)
+}
