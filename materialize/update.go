@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -26,6 +27,10 @@ type UpdateOptions struct {
 	// holds none).
 	Brokers string
 	Props   map[string]string
+	// Registry is the Schema Registry a table with an avro, protobuf or
+	// jsonschema format decodes with (a connection setting too): the
+	// update decodes keys and values as the table's rebuild did.
+	Registry decode.Registry
 	// End, StallTimeout and Memory override the stored definition's when
 	// set.
 	End          replay.EndMark
@@ -129,6 +134,7 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	opts.Decode.Registry = o.Registry
 	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
 	opts.Spec = &stored
 	rep, err = Rebuild(ctx, opts)
@@ -203,7 +209,26 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	}
 	defer u.abort()
 
-	res, err := replay.Run(ctx, rc, u.sink)
+	sink := u.sink
+	if opts.Decode.Active() {
+		// The same decoding as the table's rebuild (Rebuild), before the
+		// fold; records it skips count in the table's stats (u.stats).
+		opts.Decode.Registry = o.Registry
+		dec, err := decode.New(opts.Decode)
+		if err != nil {
+			return Report{}, fmt.Errorf("table %q: %w", o.Table, err)
+		}
+		defer dec.Close()
+		u.decoder = dec
+		sink = func(batch []fold.Record) error {
+			out, err := dec.Decode(batch)
+			if err != nil || len(out) == 0 {
+				return err
+			}
+			return u.sink(out)
+		}
+	}
+	res, err := replay.Run(ctx, rc, sink)
 	if err != nil {
 		return Report{Replay: res}, err
 	}
@@ -333,6 +358,17 @@ type updater struct {
 
 	gen  *store.Generation // the new generation, once the update does not fit
 	runs int               // run files the latest fold spilled
+
+	decoder *decode.Decoder // nil when the table decodes nothing
+}
+
+// stats is the fold's counters plus the records the decoder skipped as
+// undecodable (withDecodeSkips).
+func (u *updater) stats(s fold.Stats) fold.Stats {
+	if u.decoder == nil {
+		return s
+	}
+	return withDecodeSkips(s, u.decoder.Skipped())
 }
 
 // sink is the replay's Sink.
@@ -449,7 +485,7 @@ func (u *updater) publish(ctx context.Context, meta store.TableMeta, spec []byte
 
 func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
 	rows := u.latest.Sorted()
-	stats := u.latest.Stats()
+	stats := u.stats(u.latest.Stats())
 	if u.gen == nil && u.fitsInPlace(int64(rows.Len()), int64(u.hold)) {
 		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
 			for {
@@ -508,7 +544,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 			}
 			return u.count.Finish(t)
 		}, func(m *store.TableMeta) error {
-			setStats(m, u.count.Stats(), spec)
+			setStats(m, u.stats(u.count.Stats()), spec)
 			m.Empty = u.count.Empty()
 			return nil
 		}, hook)
@@ -529,7 +565,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 		return "", fmt.Errorf("table %q: %w", u.table, err)
 	}
 	m := meta
-	setStats(&m, u.count.Stats(), spec)
+	setStats(&m, u.stats(u.count.Stats()), spec)
 	m.Empty = u.count.Empty()
 	if err := u.gen.Publish(m, hook); err != nil {
 		return "", fmt.Errorf("publish table %q: %w", u.table, err)

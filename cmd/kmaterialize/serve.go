@@ -265,9 +265,10 @@ func serveTables(cfg *config.Config) []serve.Table {
 // config loaded at start).
 func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
+	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
 	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
 		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
-			RebuildIfNeeded: rebuildIfNeeded, Log: log})
+			Registry: registry, RebuildIfNeeded: rebuildIfNeeded, Log: log})
 		if err != nil {
 			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
 		}
