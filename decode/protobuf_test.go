@@ -131,3 +131,30 @@ func TestProtobufNestedEvolving(t *testing.T) {
 		t.Errorf("tombstone decoded to %q, want null", out[4].Value)
 	}
 }
+
+// TestProtobufWellKnownImport: a schema importing a well-known type (which
+// the registry does not hold) decodes, the Timestamp in its JSON form.
+func TestProtobufWellKnownImport(t *testing.T) {
+	const text = `syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Event {
+  string id = 1;
+  google.protobuf.Timestamp at = 2;
+}
+`
+	reg := newRegistry(t)
+	topic := topicName(t)
+	id := register(t, reg, topic+"-value", sr.TypeProtobuf, text)
+	body := protoBytes(t, message(t, text, 0), `{"id":"e1","at":"2026-12-01T10:00:00.5Z"}`)
+	d, err := decode.New(decode.Config{Topic: topic, Value: decode.Protobuf, Registry: decode.Registry{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	out, err := d.Decode([]fold.Record{{Key: []byte("k"), Value: framed(t, id, []int{0}, body)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkJSON(t, "event", out[0].Value, map[string]any{"id": "e1", "at": "2026-12-01T10:00:00.500Z"})
+}

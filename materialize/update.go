@@ -27,9 +27,9 @@ type UpdateOptions struct {
 	// holds none).
 	Brokers string
 	Props   map[string]string
-	// Registry is the Schema Registry for a table whose stored definition
-	// decodes its keys or values (Spec.ValueFormat, Spec.KeyFormat): a
-	// connection setting, like the brokers, so never stored with the table.
+	// Registry is the Schema Registry a table with an avro, protobuf or
+	// jsonschema format decodes with (a connection setting too): the
+	// update decodes keys and values as the table's rebuild did.
 	Registry decode.Registry
 	// End, StallTimeout and Memory override the stored definition's when
 	// set.
@@ -134,8 +134,8 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
 	opts.Decode.Registry = o.Registry
+	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
 	opts.Spec = &stored
 	rep, err = Rebuild(ctx, opts)
 	rep.Mode = ModeRebuilt
@@ -209,20 +209,17 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	}
 	defer u.abort()
 
-	// The new records are decoded as the rebuild decoded the old ones
-	// (the stored definition's formats), before the fold.
 	sink := u.sink
-	opts.Decode.Registry = o.Registry
-	if opts.Decode.Topic == "" {
-		opts.Decode.Topic = spec.Topic
-	}
 	if opts.Decode.Active() {
+		// The same decoding as the table's rebuild (Rebuild), before the
+		// fold; records it skips count in the table's stats (u.stats).
+		opts.Decode.Registry = o.Registry
 		dec, err := decode.New(opts.Decode)
 		if err != nil {
 			return Report{}, fmt.Errorf("table %q: %w", o.Table, err)
 		}
 		defer dec.Close()
-		u.dec = dec
+		u.decoder = dec
 		sink = func(batch []fold.Record) error {
 			out, err := dec.Decode(batch)
 			if err != nil || len(out) == 0 {
@@ -362,16 +359,16 @@ type updater struct {
 	gen  *store.Generation // the new generation, once the update does not fit
 	runs int               // run files the latest fold spilled
 
-	dec *decode.Decoder // nil when the table's records are stored raw
+	decoder *decode.Decoder // nil when the table decodes nothing
 }
 
-// withSkips is the fold's counters with the records the decoder left out
-// (--on-bad-record skip) added, as a rebuild counts them.
-func (u *updater) withSkips(s fold.Stats) fold.Stats {
-	if u.dec == nil {
+// stats is the fold's counters plus the records the decoder skipped as
+// undecodable (withDecodeSkips).
+func (u *updater) stats(s fold.Stats) fold.Stats {
+	if u.decoder == nil {
 		return s
 	}
-	return withDecodeSkips(s, u.dec.Skipped())
+	return withDecodeSkips(s, u.decoder.Skipped())
 }
 
 // sink is the replay's Sink.
@@ -488,7 +485,7 @@ func (u *updater) publish(ctx context.Context, meta store.TableMeta, spec []byte
 
 func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
 	rows := u.latest.Sorted()
-	stats := u.withSkips(u.latest.Stats())
+	stats := u.stats(u.latest.Stats())
 	if u.gen == nil && u.fitsInPlace(int64(rows.Len()), int64(u.hold)) {
 		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
 			for {
@@ -547,7 +544,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 			}
 			return u.count.Finish(t)
 		}, func(m *store.TableMeta) error {
-			setStats(m, u.withSkips(u.count.Stats()), spec)
+			setStats(m, u.stats(u.count.Stats()), spec)
 			m.Empty = u.count.Empty()
 			return nil
 		}, hook)
@@ -568,7 +565,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 		return "", fmt.Errorf("table %q: %w", u.table, err)
 	}
 	m := meta
-	setStats(&m, u.withSkips(u.count.Stats()), spec)
+	setStats(&m, u.stats(u.count.Stats()), spec)
 	m.Empty = u.count.Empty()
 	if err := u.gen.Publish(m, hook); err != nil {
 		return "", fmt.Errorf("publish table %q: %w", u.table, err)

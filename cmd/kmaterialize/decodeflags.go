@@ -21,9 +21,15 @@ func decodeFlags() []cli.Flag {
 			Usage: "how record values are decoded before the fold: " + decode.FormatNames + "; json and the Schema Registry formats (avro, protobuf, jsonschema: need --schema-registry) are stored as canonical JSON; an undecodable value is a bad record (--on-bad-record)"},
 		&cli.StringFlag{Name: "key-format", Value: string(decode.Raw),
 			Usage: "how record keys are decoded: " + decode.FormatNames + " (a decoded key is its canonical JSON text, e.g. \"acct-1\" with the quotes)"},
-		&cli.StringFlag{Name: "schema-registry", EnvVars: []string{decode.EnvURL},
-			Usage: "Schema Registry `URL`, e.g. http://localhost:8081 (default: the config file's schema_registry.url); credentials from the config file or " + decode.EnvUser + ", " + decode.EnvPassword + " or " + decode.EnvToken + ", never from the command line"},
+		schemaRegistryFlag(),
 	}
+}
+
+// schemaRegistryFlag is --schema-registry, on every command that decodes
+// records (rebuild, update).
+func schemaRegistryFlag() cli.Flag {
+	return &cli.StringFlag{Name: "schema-registry", EnvVars: []string{decode.EnvURL},
+		Usage: "Schema Registry `URL`, e.g. http://localhost:8081 (default: the config file's schema_registry.url); credentials from the config file or " + decode.EnvUser + ", " + decode.EnvPassword + " or " + decode.EnvToken + ", never from the command line"}
 }
 
 // decodeHelp is the paragraph on the formats in rebuild's help.

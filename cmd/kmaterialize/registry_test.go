@@ -396,3 +396,36 @@ func TestServeAvroTable(t *testing.T) {
 		t.Fatalf("stderr does not say the table needs a registry:\n%s", r.stderr)
 	}
 }
+
+// TestUpdateAvroValues: update decodes what a topic gained since an Avro
+// table's checkpoint as its rebuild did (the stored value_format, the
+// registry from the environment), skipping and counting an undecodable
+// record as the stored --on-bad-record skip says; the table equals the
+// oracle over every record.
+func TestUpdateAvroValues(t *testing.T) {
+	topic := newTopic(t, 2)
+	f := newRegistryFixture(t, topic)
+	recs, decoded := f.accountRecords(t, 2, 40)
+	all := produce(t, topic, recs)
+	db := dbPath(t)
+	mustCLI(t, 0, rebuildArgs(topic, db, "--value-format", "avro", "--schema-registry", f.reg.URL(), "--on-bad-record", "skip")...)
+
+	more, decodedMore := f.accountRecords(t, 2, 40)
+	for k, v := range decodedMore {
+		decoded[k] = v
+	}
+	all = append(all, produce(t, topic, more)...)
+	produce(t, topic, []localkafka.Record{{Partition: 0, Key: []byte("ghost"), Value: frame(t, f.id2+100, []byte{2})}})
+	t.Setenv(decode.EnvURL, f.reg.URL())
+	mustCLI(t, 0, "update", "--db", db, "--table", topic, "--brokers", broker.Addr, "--stall-timeout", "20s")
+	checkDecodedTable(t, all, decoded, scanJSON(t, db, topic))
+	var tables []struct {
+		SkippedByReason map[string]int64 `json:"skipped_by_reason"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, 0, "tables", "--db", db, "--format", "json").stdout), &tables); err != nil || len(tables) != 1 {
+		t.Fatalf("tables: %v", err)
+	}
+	if n := tables[0].SkippedByReason["undecodable"]; n != 1 {
+		t.Fatalf("skipped_by_reason %v: want undecodable=1", tables[0].SkippedByReason)
+	}
+}

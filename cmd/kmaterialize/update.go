@@ -68,6 +68,7 @@ Examples:
 			&cli.StringFlag{Name: "memory", Usage: "bound `SIZE` (e.g. 64MiB) on the memory for records and rows (default: the table's stored one, else 256MiB)"},
 			&cli.BoolFlag{Name: "rebuild-if-needed", Usage: "run a full rebuild when the checkpoint cannot be continued, instead of exiting 4"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
+			schemaRegistryFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -102,8 +103,8 @@ func newUpdateOptions(c *cli.Context) (*updateOptions, error) {
 	}
 	o := &updateOptions{dbPath: c.String("db")}
 	o.opts = materialize.UpdateOptions{Table: c.String("table"), Brokers: b, Props: props, RebuildIfNeeded: c.Bool("rebuild-if-needed")}
-	// A table built with --value-format/--key-format decodes its new
-	// records with the same registry: the config file's or the environment's.
+	// A table stored with a Schema Registry format decodes with the
+	// registry of --schema-registry, the environment or the config file.
 	if o.opts.Registry, err = registrySettings(c); err != nil {
 		return nil, err
 	}
