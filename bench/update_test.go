@@ -27,8 +27,16 @@ const (
 	updateNew  = 100_000
 )
 
-// fillRange produces records [from, to) of the benchmark's stream to topic.
-func (f *fixture) fillRange(topic string, from, to int) error {
+// envUpdateNewKeys set to 1 gives BenchmarkUpdate's new records keys the
+// table does not have ("new-%08d", sorting after every "key-" of the
+// table), instead of the stream's keys: the update then appends rows at the
+// end of the tree instead of touching every page.
+const envUpdateNewKeys = "KMATERIALIZE_BENCH_UPDATE_NEW_KEYS"
+
+// fillRange produces records [from, to) of the benchmark's stream to topic;
+// with newKeys, each with a key of its own that the stream's first records
+// do not have.
+func (f *fixture) fillRange(topic string, from, to int, newKeys ...bool) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(f.addr),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -49,6 +57,9 @@ func (f *fixture) fillRange(topic string, from, to int) error {
 	)
 	for i := from; i < to; i++ {
 		k := keyOf(i, f.keys)
+		if len(newKeys) > 0 && newKeys[0] {
+			k = fmt.Appendf(nil, "new-%08d", i)
+		}
 		wg.Add(1)
 		cl.Produce(context.Background(), &kgo.Record{Topic: topic, Partition: partitionOf(k), Key: k, Value: valueOf(i)},
 			func(_ *kgo.Record, err error) {
@@ -126,7 +137,7 @@ func (f *fixture) updateSetup() (string, error) {
 		"rebuild", "--brokers", f.addr, "--topic", updateTopic, "--db", base); err != nil {
 		return "", err
 	}
-	return base, f.fillRange(updateTopic, updateBase, updateBase+updateNew)
+	return base, f.fillRange(updateTopic, updateBase, updateBase+updateNew, os.Getenv(envUpdateNewKeys) == "1")
 }
 
 // BenchmarkUpdate times `kmaterialize update` of updateNew new records onto
@@ -148,6 +159,10 @@ func BenchmarkUpdate(b *testing.B) {
 		b.Fatal(updateErr)
 	}
 	dir, base := b.TempDir(), updateBaseDB
+	keys := f.keys // after the update
+	if os.Getenv(envUpdateNewKeys) == "1" {
+		keys += updateNew
+	}
 	var inPlace, merged, rebuilds, inCPU, mergedCPU, rebCPU []time.Duration
 	var inAnon, mergedAnon, rebAnon int64
 	b.ResetTimer()
@@ -156,7 +171,7 @@ func BenchmarkUpdate(b *testing.B) {
 		if err := copyFile(db, base); err != nil {
 			b.Fatal(err)
 		}
-		up, err := f.kmzChild(fmt.Sprintf("(in-place): generation 1, %d keys, %d new records read", f.keys, updateNew),
+		up, err := f.kmzChild(fmt.Sprintf("(in-place): generation 1, %d keys, %d new records read", keys, updateNew),
 			"update", "--brokers", f.addr, "--db", db, "--table", updateTopic)
 		if err != nil {
 			b.Fatal(err)
@@ -164,13 +179,13 @@ func BenchmarkUpdate(b *testing.B) {
 		if err := copyFile(db, base); err != nil {
 			b.Fatal(err)
 		}
-		mg, err := f.kmzChild(fmt.Sprintf("(merged): generation 2, %d keys, %d new records read", f.keys, updateNew),
+		mg, err := f.kmzChild(fmt.Sprintf("(merged): generation 2, %d keys, %d new records read", keys, updateNew),
 			"update", "--brokers", f.addr, "--db", db, "--table", updateTopic, "--memory", "64MiB")
 		if err != nil {
 			b.Fatal(err)
 		}
 		fresh := filepath.Join(dir, fmt.Sprintf("rebuild-%d.db", i))
-		reb, err := f.kmzChild(fmt.Sprintf("%d keys, %d records read", f.keys, updateBase+updateNew),
+		reb, err := f.kmzChild(fmt.Sprintf("%d keys, %d records read", keys, updateBase+updateNew),
 			"rebuild", "--brokers", f.addr, "--topic", updateTopic, "--db", fresh)
 		if err != nil {
 			b.Fatal(err)
@@ -194,8 +209,8 @@ func BenchmarkUpdate(b *testing.B) {
 	b.ReportMetric(mg.Seconds(), "update-merged-s")
 	b.ReportMetric(rb.Seconds(), "rebuild-s")
 	b.ReportMetric(rb.Seconds()/ip.Seconds(), "rebuild/update")
-	fmt.Printf("bench: %d new records onto %d (%d keys), median of %d rounds: update in place %s (cpu %s, peak anon %.0f MiB), update merged (--memory 64MiB) %s (cpu %s, %.0f MiB), full rebuild %s (cpu %s, %.0f MiB): the in-place update takes %.2f of the rebuild's time, %.2f of its CPU\n",
-		updateNew, updateBase, f.keys, b.N, ip.Round(time.Millisecond), median(inCPU).Round(time.Millisecond), mib(inAnon),
+	fmt.Printf("bench: %d new records (new keys: %v) onto %d (%d keys), median of %d rounds: update in place %s (cpu %s, peak anon %.0f MiB), update merged (--memory 64MiB) %s (cpu %s, %.0f MiB), full rebuild %s (cpu %s, %.0f MiB): the in-place update takes %.2f of the rebuild's time, %.2f of its CPU\n",
+		updateNew, os.Getenv(envUpdateNewKeys) == "1", updateBase, f.keys, b.N, ip.Round(time.Millisecond), median(inCPU).Round(time.Millisecond), mib(inAnon),
 		mg.Round(time.Millisecond), median(mergedCPU).Round(time.Millisecond), mib(mergedAnon),
 		rb.Round(time.Millisecond), median(rebCPU).Round(time.Millisecond), mib(rebAnon), ip.Seconds()/rb.Seconds(),
 		median(inCPU).Seconds()/median(rebCPU).Seconds())

@@ -1,10 +1,14 @@
 // Package materialize owns one rebuild as a use case: replay a topic, fold
 // its records into a fresh generation of a table, and publish the generation
-// together with its checkpoint, or publish nothing. Follow (follow.go)
-// keeps a published table current: it applies what a follower reads in
-// small transactions, each holding rows and checkpoint together.
+// together with its checkpoint, or publish nothing; and likewise one
+// incremental update from the checkpoint (Update, update.go) and one import
+// of an export document (Import, import.go). Follow (follow.go) keeps a
+// published table current: it applies what a follower reads in small
+// transactions, each holding rows and checkpoint together.
 //
-// The CLI and the daemon both call Rebuild; neither re-implements it.
+// The CLI and the daemon both call Rebuild and Update; neither
+// re-implements them. Every publish stores the table's definition (Spec)
+// with it, so that Update needs only the table's name (LoadSpec).
 //
 // # Crash safety
 //

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 )
 
@@ -666,4 +668,64 @@ func TestUpdateDecodesLikeTheRebuild(t *testing.T) {
 	}
 	checkTable(t, want, scanTable(t, db, table))
 	sameAsRebuild(t, topic, db, table, "--value-format", "json")
+}
+
+// TestUpdateKill9: an update merged into a new generation, killed with
+// SIGKILL at points inside its commits (a run file written, a block of rows
+// committed, the publish transaction about to commit), leaves the table
+// exactly as it was (its export, provenance included) and the file
+// consistent; the next update publishes what the oracle says and leaves no
+// generation or run file behind. (An in-place update is one bbolt write
+// transaction, store.DB.Apply, which has no failpoint.)
+func TestUpdateKill9(t *testing.T) {
+	for _, tc := range []struct {
+		point string
+		extra []string
+	}{
+		{failpoint.RunWritten, []string{"--memory", "1MiB"}},
+		{failpoint.FoldCommitAfter, []string{"--memory", "1MiB"}},
+		{failpoint.PublishCommitBefore, []string{"--memory", "1MiB"}},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			rng := newRand(t)
+			topic := newTopic(t, 2)
+			parts := []int32{0, 1}
+			db := dbPath(t)
+			const table = "balances"
+			var all []rec
+			all = append(all, produce(t, topic, genRecords(rng, parts, 200))...)
+			bin(t, 0, rebuildArgs(topic, db, "--table", table)...)
+			before := bin(t, 0, "export", "--db", db, "--table", table).stdout
+			all = append(all, produce(t, topic, manyKeys(rng, parts, 4000, 2000, "m"))...)
+
+			file := filepath.Join(t.TempDir(), "failpoint")
+			c := startChild(t, []string{failpoint.EnvPoint + "=" + tc.point, failpoint.EnvFile + "=" + file},
+				failpointBinary(t), append([]string{"--log-format", "json"}, updateArgs(db, table, tc.extra...)...)...)
+			awaitFailpoint(t, c, file, "failpoint "+tc.point+" parked")
+			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if ws := c.wait(t, 30*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("child ended with %v, want killed by SIGKILL", ws)
+			}
+			boltCheck(t, db)
+			if after := bin(t, 0, "export", "--db", db, "--table", table).stdout; after != before {
+				t.Fatalf("the table changed under a killed update:\n%s\n---\n%s", before, after)
+			}
+
+			r := bin(t, 0, updateArgs(db, table)...)
+			if !strings.Contains(r.stdout, "updated table") {
+				t.Fatalf("update after the kill:\n%s", r.stdout)
+			}
+			want, _, _ := oracle(all, nil)
+			checkTable(t, want, scanTable(t, db, table))
+			if ids := generationIDs(generationRows(t, db)); len(ids) != 1 {
+				t.Fatalf("generation buckets after the next update: %v, want only the published one", ids)
+			}
+			if _, err := os.Stat(db + ".runs"); !os.IsNotExist(err) {
+				t.Fatalf("run files left after the next update: %v", err)
+			}
+			sameAsRebuild(t, topic, db, table)
+		})
+	}
 }
