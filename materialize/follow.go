@@ -128,8 +128,11 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 		rc.StallTimeout = opts.Spec.StallTimeout
 	}
 	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh}
-	if opts.Status != nil {
-		fc.Live = opts.Status.live
+	fc.Live = func(m replay.LiveMarks) {
+		a.noteLive(m)
+		if opts.Status != nil {
+			opts.Status.live(m)
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -204,6 +207,59 @@ type applier struct {
 	cp    checkpoint.Checkpoint
 	dec   *decode.Decoder // nil for raw keys and values
 	log   zerolog.Logger
+
+	// live is the last successful refresh of the live marks (from the
+	// reader's refresh goroutine), for the checkpoint's capture time.
+	liveMu sync.Mutex
+	live   replay.LiveMarks
+}
+
+// endsOf is cp's position per partition.
+func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
+	out := make(map[int32]int64, len(cp.Partitions))
+	for _, p := range cp.Partitions {
+		out[p.Partition] = p.End
+	}
+	return out
+}
+
+// noteLive keeps m if the refresh succeeded.
+func (a *applier) noteLive(m replay.LiveMarks) {
+	if m.Error != nil {
+		return
+	}
+	a.liveMu.Lock()
+	a.live = m
+	a.liveMu.Unlock()
+}
+
+// capturedAt is the capture time a checkpoint at positions can claim: the
+// time the live marks were asked for, if every followed partition's
+// position has reached the high watermark those marks saw (every record at
+// or after a position was then written after that time, as for a rebuild's
+// end marks); otherwise prev. The time of the apply would claim too much
+// for a follower behind: a record it has not read may be older than the
+// apply, and an update's tombstone-retention rule (delete.retention.ms)
+// counts from the capture time.
+func (a *applier) capturedAt(prev time.Time, positions map[int32]int64) time.Time {
+	a.liveMu.Lock()
+	live := a.live
+	a.liveMu.Unlock()
+	if live.At.IsZero() || !live.At.After(prev) || len(positions) == 0 {
+		return prev
+	}
+	for p, pos := range positions {
+		high, ok := live.High[p]
+		if !ok || pos < high {
+			return prev
+		}
+	}
+	for p := range live.High {
+		if _, ok := positions[p]; !ok {
+			return prev // a partition the follower does not read yet
+		}
+	}
+	return live.At.UTC()
 }
 
 // apply folds batches into the published generation in one transaction,
@@ -235,6 +291,7 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		maps.Copy(lows, b.Lows)
 	}
 	cp := followCheckpoint(a.cp, last.Positions, lows)
+	cp.CapturedAt = a.capturedAt(a.cp.CapturedAt, endsOf(cp))
 	f, err := a.opts.Spec.NewFolder()
 	if err != nil {
 		return err
@@ -287,9 +344,6 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 func followCheckpoint(cp checkpoint.Checkpoint, positions, lows map[int32]int64) checkpoint.Checkpoint {
 	out := cp
 	out.Partitions = slices.Clone(cp.Partitions)
-	// The positions are live: the ends are as of now (an update's
-	// tombstone-retention rule compares this with delete.retention.ms).
-	out.CapturedAt = time.Now().UTC()
 	idx := map[int32]int{}
 	for i, p := range out.Partitions {
 		idx[p.Partition] = i
