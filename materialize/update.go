@@ -95,6 +95,13 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	if !spec.UntilTimestamp.IsZero() || len(spec.ToOffsets) > 0 {
+		// A table as of a point (rebuild --until-timestamp/--to-offsets)
+		// ends where its bound says: reading on from its checkpoint would
+		// silently make it a table as of now.
+		return Report{}, &SpecError{Table: o.Table, Field: FieldUntil,
+			Reason: "the table was rebuilt as of a point (--until-timestamp or --to-offsets) and cannot be updated; rebuild it without the bound to keep it current"}
+	}
 	// The overrides are this run's: the table keeps its stored definition.
 	stored := spec
 	if o.End != "" {

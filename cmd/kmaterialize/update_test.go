@@ -729,3 +729,23 @@ func TestUpdateKill9(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateRefusesAsOfTable: a table rebuilt as of a point is not updated
+// (that would silently make it a table as of now): exit 2, table unchanged.
+func TestUpdateRefusesAsOfTable(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 1)
+	db := dbPath(t)
+	const table = "asof"
+	produce(t, topic, genRecords(rng, []int32{0}, 30))
+	bin(t, 0, rebuildArgs(topic, db, "--table", table, "--to-offsets", "0=10")...)
+	before := exportMembers(t, db, table)
+	produce(t, topic, genRecords(rng, []int32{0}, 10))
+	r := bin(t, 2, updateArgs(db, table)...)
+	if !strings.Contains(r.stderr, "as of a point") {
+		t.Fatalf("the refusal does not say why:\n%s", r.stderr)
+	}
+	if diff := cmp.Diff(before, exportMembers(t, db, table)); diff != "" {
+		t.Fatalf("a refused update changed the table:\n%s", diff)
+	}
+}
