@@ -22,10 +22,11 @@ const updateTopic = "bench-update"
 // Sizes of BenchmarkUpdate: a table of updateBase records, then updateNew
 // more records on the topic (the same stream continued: record i has key
 // keyOf(i, keys), so the new records update keys the table has).
-const (
-	updateBase = 1_000_000
-	updateNew  = 100_000
-)
+// KMATERIALIZE_BENCH_UPDATE_RECORDS changes updateNew, to see how the
+// update's cost grows with the new records alone.
+const updateBase = 1_000_000
+
+var updateNew = envInt("KMATERIALIZE_BENCH_UPDATE_RECORDS", 100_000)
 
 // envUpdateNewKeys set to 1 gives BenchmarkUpdate's new records keys the
 // table does not have ("new-%08d", sorting after every "key-" of the
