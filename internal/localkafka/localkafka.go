@@ -173,6 +173,14 @@ func (t *Txn) End(ctx context.Context, commit bool) error {
 // attempt stays in the log, skipped by read_committed readers. Unlike
 // CommitTxn it reads nothing back, so other transactions may be open.
 func (b *Broker) WriteTxn(ctx context.Context, topic, txnID string, recs []Record, commit bool) ([]int64, error) {
+	return b.redoTxn(ctx, topic, txnID, recs, commit, nil)
+}
+
+// redoTxn writes recs in one transaction, ends it (commit or abort), runs
+// check (if not nil) on the ended transaction, and redoes the whole
+// transaction, up to three times, while End or check report
+// ErrCommitAborted.
+func (b *Broker) redoTxn(ctx context.Context, topic, txnID string, recs []Record, commit bool, check func(*Txn) error) ([]int64, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var tx *Txn
@@ -184,7 +192,11 @@ func (b *Broker) WriteTxn(ctx context.Context, topic, txnID string, recs []Recor
 			_ = tx.End(ctx, false)
 			return nil, perr
 		}
-		if err = tx.End(ctx, commit); err == nil {
+		err = tx.End(ctx, commit)
+		if err == nil && check != nil {
+			err = check(tx)
+		}
+		if err == nil {
 			return offs, nil
 		}
 		if !errors.Is(err, ErrCommitAborted) {
@@ -235,28 +247,7 @@ func (t *Txn) checkCommitted(ctx context.Context) error {
 // which read_committed readers skip. No other transaction may be open on
 // the partitions written (the check would wait for it).
 func (b *Broker) CommitTxn(ctx context.Context, topic, txnID string, recs []Record) ([]int64, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var tx *Txn
-		if tx, err = b.BeginTxn(ctx, topic, txnID); err != nil {
-			return nil, err
-		}
-		offs, perr := tx.Produce(ctx, recs)
-		if perr != nil {
-			_ = tx.End(ctx, false)
-			return nil, perr
-		}
-		if err = tx.End(ctx, true); err != nil {
-			return nil, err
-		}
-		if err = tx.checkCommitted(ctx); err == nil {
-			return offs, nil
-		}
-		if !errors.Is(err, ErrCommitAborted) {
-			return nil, err
-		}
-	}
-	return nil, err
+	return b.redoTxn(ctx, topic, txnID, recs, true, func(tx *Txn) error { return tx.checkCommitted(ctx) })
 }
 
 // CommitGroupOffsets commits offsets for group on topic, as a paused
