@@ -90,6 +90,9 @@ func compactInto(src *bolt.DB, path string) error {
 		NoSync:         true,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// The same page size as the original: a compaction rewrites the
+		// file, it does not change its format.
+		PageSize: src.Info().PageSize,
 	})
 	if err != nil {
 		return err

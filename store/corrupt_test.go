@@ -170,7 +170,7 @@ func TestZeroedMetaPages(t *testing.T) {
 	t.Run("both", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "k.db")
 		buildTable(t, path, "t", "k-", 100)
-		if err := dbdamage.ZeroMetas(path, os.Getpagesize()); err != nil {
+		if err := dbdamage.ZeroMetas(path, store.PageSize); err != nil {
 			t.Fatal(err)
 		}
 		for what, err := range openAll(t, path, "k-00000") {
@@ -183,7 +183,7 @@ func TestZeroedMetaPages(t *testing.T) {
 		// a torn meta write after a crash. Not corruption, a warning.
 		path := filepath.Join(t.TempDir(), "k.db")
 		want := buildTable(t, path, "t", "k-", 100)
-		ps := os.Getpagesize()
+		ps := store.PageSize
 		var txid [2]uint64
 		for i := range txid {
 			b, err := dbdamage.ReadPage(path, ps, uint64(i))

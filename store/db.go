@@ -14,6 +14,21 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
+// PageSize is the bbolt page size of a file Open creates. A file keeps the
+// page size it was created with (bbolt reads it from the meta pages), so
+// files made before this choice keep their 4 KiB pages and work alike.
+//
+// 16 KiB rather than the OS page size (4 KiB here) because a rebuild writes
+// a whole table through bbolt's commits, and a commit writes each dirty
+// page with one pwrite: a quarter of the pages is a quarter of the
+// syscalls, of the branch entries and of the page headers. On the 5M-key
+// benchmark it cut the merge into bbolt from about 4.2 s to 3.1 s (commits
+// from 1.9 s to 1.1 s) and the file by 3%. The cost is on small writes:
+// an in-place update or a follower's transaction rewrites 16 KiB for each
+// leaf it touches instead of 4 KiB. Reads map the file and touch only the
+// bytes they compare, whatever the page size.
+const PageSize = 16 << 10
+
 // DefaultLockTimeout is how long Open waits for another process's lock when
 // Options.LockTimeout is 0.
 const DefaultLockTimeout = 3 * time.Second
@@ -160,6 +175,8 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		// readers and remap, which a fresh rebuild would otherwise do
 		// several times during its first commits.
 		InitialMmapSize: initialMmapSize(o.ReadOnly),
+		// Only used when bbolt creates the file.
+		PageSize:        PageSize,
 		PreLoadFreelist: o.pageWalk,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, mode)

@@ -165,7 +165,61 @@ func TestMigrateV1Fixture(t *testing.T) {
 	if db.Migrated() != 0 {
 		t.Errorf("second open migrated again from %d", db.Migrated())
 	}
+	// The fixture was made with 4 KiB pages, before new files got
+	// store.PageSize: it keeps them, through the migration's writes and a
+	// compaction.
+	if ps := pageSize(t, db); ps != 4096 {
+		t.Errorf("page size after migration %d, want the fixture's 4096", ps)
+	}
 	db.Close()
+	if _, err := store.Compact(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	db, err = store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := pageSize(t, db); ps != 4096 {
+		t.Errorf("page size after compact %d, want 4096", ps)
+	}
+	if diff := cmp.Diff(want, readAll(t, db)); diff != "" {
+		t.Fatalf("after compact (-written by v1 +read):\n%s", diff)
+	}
+	db.Close()
+}
+
+// A new file gets store.PageSize pages (an older one keeps its own:
+// TestMigrateV1Fixture), and so does its compacted copy.
+func TestNewFilePageSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.db")
+	db, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := pageSize(t, db); ps != store.PageSize {
+		t.Errorf("new file: page size %d, want %d", ps, store.PageSize)
+	}
+	db.Close()
+	if _, err := store.Compact(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	db, err = store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if ps := pageSize(t, db); ps != store.PageSize {
+		t.Errorf("compacted: page size %d, want %d", ps, store.PageSize)
+	}
+}
+
+func pageSize(t *testing.T, db *store.DB) int {
+	t.Helper()
+	ps := 0
+	if err := db.View(func(tx *bolt.Tx) error { ps = tx.DB().Info().PageSize; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ps
 }
 
 func checkCheckpoint(tx *bolt.Tx, m store.TableMeta) []string {

@@ -244,7 +244,7 @@ func TestReplaceCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tables.db")
 	buildDB(t, path, 100)
-	if err := dbdamage.ZeroMetas(path, os.Getpagesize()); err != nil {
+	if err := dbdamage.ZeroMetas(path, store.PageSize); err != nil {
 		t.Fatal(err)
 	}
 	damaged, err := os.ReadFile(path)
