@@ -41,7 +41,8 @@ const DefaultMemory = 256 << 20
 //   - the fold's held rows (the latest fold's last record per key, the
 //     count fold's identities), M/4, spilled as a sorted run when full.
 //     The merge at the end reads each run through a buffer of at most
-//     256 KiB (16 MiB in all) and writes blocks of 8 MiB (two in flight),
+//     256 KiB (16 MiB in all) and writes blocks of at most 8 MiB (two in
+//     flight),
 //     and by then the replay has released its buffers and queue.
 //
 // Live: 7M/16 of Go memory (about 7M/8 with garbage) plus M/8 of C, within
