@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -134,7 +133,7 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Write(func(tb fold.Table) error { return tb.Put([]byte("k"), []byte(value)) }); err != nil {
+		if err := g.Write(func(tb store.Rows) error { return tb.Put([]byte("k"), []byte(value)) }); err != nil {
 			t.Fatal(err)
 		}
 		return g

@@ -23,8 +23,8 @@
 // the call: Latest copies the last record of each key, and Count each
 // identity and the digest of its content, into their own chunks (held.go).
 // The store owns what it is handed to write: a write transaction copies
-// the values it keeps (store.Generation.Write), a spill copies rows into a
-// run file (store.Generation.SpillRun), and a merge copies rows into its
+// the values it keeps (store.Generation.Write, store.DB.Apply), a spill
+// copies rows into a run file (store.Generation.SpillRun), and a merge copies rows into its
 // blocks (store.Generation.WriteMerged). So record bytes have one owner
 // at a time: the replay until it sends the batch, then the writer until
 // Fold returns, then garbage; copies have the fold or the store as their

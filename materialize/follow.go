@@ -302,7 +302,8 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		// every batch (at most followMaxRecords records).
 		l.RetainRecords(math.MaxInt)
 	}
-	st, err := a.opts.DB.Apply(a.table, a.gen, func(t fold.Table) error {
+	st, err := a.opts.DB.Apply(a.table, a.gen, func(r store.Rows) error {
+		t := foldTable{r}
 		if n == 0 {
 			return nil
 		}

@@ -402,7 +402,7 @@ func (u *updater) sink(batch []fold.Record) error {
 		return nil
 	}
 	if u.gen != nil {
-		return u.gen.Write(func(t fold.Table) error { return u.count.Fold(t, batch) })
+		return u.gen.Write(func(r store.Rows) error { return u.count.Fold(foldTable{r}, batch) })
 	}
 	u.buf = append(u.buf, batch)
 	for i := range batch {
@@ -423,7 +423,8 @@ func (u *updater) sink(batch []fold.Record) error {
 func (u *updater) flushBuf() error {
 	buf := u.buf
 	u.buf, u.bufBytes = nil, 0
-	return u.gen.Write(func(t fold.Table) error {
+	return u.gen.Write(func(r store.Rows) error {
+		t := foldTable{r}
 		for _, b := range buf {
 			if err := u.count.Fold(t, b); err != nil {
 				return err
@@ -494,7 +495,7 @@ func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec 
 	rows := u.latest.Sorted()
 	stats := u.stats(u.latest.Stats())
 	if u.gen == nil && u.fitsInPlace(int64(rows.Len()), int64(u.hold)) {
-		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
+		_, err := u.db.Apply(u.table, u.base, func(t store.Rows) error {
 			for {
 				k, v, ok, _ := rows.Next()
 				if !ok {
@@ -543,7 +544,8 @@ func (u *updater) publishLatest(ctx context.Context, meta store.TableMeta, spec 
 
 func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec []byte, hook func(tx *bolt.Tx) error) (string, error) {
 	if u.gen == nil && u.fitsInPlace(u.records, int64(u.bufBytes)) {
-		_, err := u.db.Apply(u.table, u.base, func(t fold.Table) error {
+		_, err := u.db.Apply(u.table, u.base, func(r store.Rows) error {
+			t := foldTable{r}
 			for _, b := range u.buf {
 				if err := u.count.Fold(t, b); err != nil {
 					return err
@@ -568,7 +570,7 @@ func (u *updater) publishCount(ctx context.Context, meta store.TableMeta, spec [
 			return "", err
 		}
 	}
-	if err := u.gen.Write(u.count.Finish); err != nil {
+	if err := u.gen.Write(func(r store.Rows) error { return u.count.Finish(foldTable{r}) }); err != nil {
 		return "", fmt.Errorf("table %q: %w", u.table, err)
 	}
 	m := meta

@@ -347,11 +347,11 @@ func TestConflictVerdictIndependentOfPartitionOrder(t *testing.T) {
 		}
 		defer gen.Abort()
 		for _, p := range order {
-			if err := gen.Write(func(tb fold.Table) error { return f.Fold(tb, byPart[p]) }); err != nil {
+			if err := gen.Write(func(r store.Rows) error { return f.Fold(materialize.FoldTable(r), byPart[p]) }); err != nil {
 				t.Fatal(err)
 			}
 		}
-		err = gen.Write(f.Finish)
+		err = gen.Write(func(r store.Rows) error { return f.Finish(materialize.FoldTable(r)) })
 		if err == nil {
 			t.Fatalf("order %v: no conflict found", order)
 		}

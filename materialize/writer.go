@@ -165,7 +165,9 @@ func (w *writer) close() error {
 }
 
 // write folds one buffer in one transaction.
-func (w *writer) write(fn func(t fold.Table) error) error { return w.gen.Write(fn) }
+func (w *writer) write(fn func(t fold.Table) error) error {
+	return w.gen.Write(func(r store.Rows) error { return fn(foldTable{r}) })
+}
 
 // finish runs the fold's Finish in one transaction, after close; for the
 // latest fold, it merges the runs and the held rows into the generation.

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -37,7 +36,7 @@ func storeTable(name, schedule string, builds *atomic.Int64, release chan struct
 				return materialize.Report{}, err
 			}
 			defer g.Abort()
-			if err := g.Write(func(t fold.Table) error { return t.Put([]byte("run"), []byte(fmt.Sprint(n))) }); err != nil {
+			if err := g.Write(func(t store.Rows) error { return t.Put([]byte("run"), []byte(fmt.Sprint(n))) }); err != nil {
 				return materialize.Report{}, err
 			}
 			if err := g.Publish(store.TableMeta{Topic: "-", Fold: "test"}, nil); err != nil {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 // ErrGenerationChanged is returned (as a *GenerationChangedError) by Apply
@@ -32,7 +30,7 @@ func (e *GenerationChangedError) Error() string {
 // Is reports whether target is ErrGenerationChanged.
 func (e *GenerationChangedError) Is(target error) bool { return target == ErrGenerationChanged }
 
-// ApplyStats is what one Apply's fn changed in the rows (fold indexes are
+// ApplyStats is what one Apply's fn changed in the rows (private indexes are
 // not counted).
 type ApplyStats struct {
 	Added   int64 // rows inserted (keys that were absent)
@@ -44,8 +42,8 @@ type ApplyStats struct {
 // new records this way, so readers see the table before or after the whole
 // batch, never a part of it.
 //
-// In that transaction, fn gets the generation's rows and fold indexes as a
-// fold.Table. Unlike a fresh generation's Write, pages are filled with
+// In that transaction, fn gets the generation's rows and private indexes as
+// a Rows. Unlike a fresh generation's Write, pages are filled with
 // bbolt's default fill percent: keys land anywhere in the tree, and full
 // pages would split at every insert. Then meta, if not nil, may adjust the
 // table's metadata: m.Keys is already adjusted for the rows fn added and
@@ -60,7 +58,7 @@ type ApplyStats struct {
 // *TableNotFoundError.
 //
 // Values given to Put are copied, so callers may reuse their buffers.
-func (db *DB) Apply(table string, gen uint64, fn func(t fold.Table) error, meta func(m *TableMeta) error, hook func(tx *bolt.Tx) error) (ApplyStats, error) {
+func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m *TableMeta) error, hook func(tx *bolt.Tx) error) (ApplyStats, error) {
 	var st ApplyStats
 	if db.readOnly {
 		return st, fmt.Errorf("apply to table %q in %s: %w", table, db.path, ErrReadOnly)
@@ -133,7 +131,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(t fold.Table) error, meta 
 	return st, nil
 }
 
-// applyTable is the fold.Table of one Apply: the published generation's
+// applyTable is the Rows of one Apply: the published generation's
 // rows, counting the rows its Put and Delete add and remove so that the
 // table's key count stays exact without walking the tree.
 type applyTable struct {
@@ -169,4 +167,4 @@ func (t *applyTable) has(key []byte) bool {
 	return v != nil
 }
 
-var _ fold.Table = (*applyTable)(nil)
+var _ Rows = (*applyTable)(nil)

@@ -7,15 +7,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 // applyOps applies ops to the published generation gen of table in one
 // Apply, and to o, and returns the stats.
 func applyOps(t *testing.T, db *DB, table string, gen uint64, o oracle, ops []op) ApplyStats {
 	t.Helper()
-	st, err := db.Apply(table, gen, func(tb fold.Table) error {
+	st, err := db.Apply(table, gen, func(tb Rows) error {
 		var vbuf []byte
 		for _, op := range ops {
 			if op.del {
@@ -82,7 +80,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	hookRan := false
 	for name, call := range map[string]func() error{
 		"fn": func() error {
-			_, err := db.Apply("t", g.ID(), func(tb fold.Table) error {
+			_, err := db.Apply("t", g.ID(), func(tb Rows) error {
 				if err := tb.Put([]byte("new"), []byte("v")); err != nil {
 					return err
 				}
@@ -91,12 +89,12 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 			return err
 		},
 		"meta": func() error {
-			_, err := db.Apply("t", g.ID(), func(tb fold.Table) error { return tb.Put([]byte("new"), []byte("v")) },
+			_, err := db.Apply("t", g.ID(), func(tb Rows) error { return tb.Put([]byte("new"), []byte("v")) },
 				func(m *TableMeta) error { m.Records = 1; return boom }, nil)
 			return err
 		},
 		"hook": func() error {
-			_, err := db.Apply("t", g.ID(), func(tb fold.Table) error { return tb.Delete([]byte("a/0001")) },
+			_, err := db.Apply("t", g.ID(), func(tb Rows) error { return tb.Delete([]byte("a/0001")) },
 				nil, func(tx *bolt.Tx) error { hookRan = true; return boom })
 			return err
 		},
@@ -126,7 +124,7 @@ func TestApplyRefusesAnotherGeneration(t *testing.T) {
 	_, g1 := publishOps(t, db, "t", seed, 100)
 	o2, g2 := publishOps(t, db, "t", seed+1, 100)
 	called := false
-	_, err := db.Apply("t", g1.ID(), func(tb fold.Table) error { called = true; return nil }, nil, nil)
+	_, err := db.Apply("t", g1.ID(), func(tb Rows) error { called = true; return nil }, nil, nil)
 	var changed *GenerationChangedError
 	if !errors.As(err, &changed) || !errors.Is(err, ErrGenerationChanged) || changed.Expected != g1.ID() || changed.Published != g2.ID() {
 		t.Fatalf("Apply on the replaced generation: %v, want *GenerationChangedError %d -> %d", err, g1.ID(), g2.ID())
@@ -137,7 +135,7 @@ func TestApplyRefusesAnotherGeneration(t *testing.T) {
 	if _, rows := scanAll(t, db, "t"); !cmp.Equal(map[string]string(o2), map[string]string(rows)) {
 		t.Error("rows changed")
 	}
-	if _, err := db.Apply("missing", 1, func(fold.Table) error { return nil }, nil, nil); !errors.Is(err, ErrTableNotFound) {
+	if _, err := db.Apply("missing", 1, func(Rows) error { return nil }, nil, nil); !errors.Is(err, ErrTableNotFound) {
 		t.Errorf("Apply to a missing table: %v, want ErrTableNotFound", err)
 	}
 }
@@ -146,7 +144,7 @@ func TestApplyHookCommitsWithRows(t *testing.T) {
 	db := openTemp(t)
 	_, g := publishOps(t, db, "t", uint64(time.Now().UnixNano()), 50)
 	bucket := []byte("apply-test-positions")
-	_, err := db.Apply("t", g.ID(), func(tb fold.Table) error {
+	_, err := db.Apply("t", g.ID(), func(tb Rows) error {
 		idx, err := tb.Index("ids")
 		if err != nil {
 			return err

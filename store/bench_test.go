@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 // BenchmarkRebuild writes 200k rows with random 16-byte keys and 100-byte
@@ -32,7 +30,7 @@ func BenchmarkRebuild(b *testing.B) {
 			b.Fatal(err)
 		}
 		for done := 0; done < rows; done += batch {
-			err := g.Write(func(t fold.Table) error {
+			err := g.Write(func(t Rows) error {
 				for range batch {
 					binary.BigEndian.PutUint64(key, r.Uint64())
 					binary.BigEndian.PutUint64(key[8:], r.Uint64())

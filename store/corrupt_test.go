@@ -30,7 +30,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/dbdamage"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -57,7 +56,7 @@ func buildTablePad(t *testing.T, path, table, prefix string, n, pad int) map[str
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = g.Write(func(tb fold.Table) error {
+	err = g.Write(func(tb store.Rows) error {
 		for k, v := range want {
 			if err := tb.Put([]byte(k), []byte(v)); err != nil {
 				return err

@@ -19,7 +19,15 @@
 //	if err != nil { ... }
 //	defer g.Abort() // no-op once published
 //	for batch := range batches {
-//		if err := g.Write(func(t fold.Table) error { return f.Fold(t, batch) }); err != nil { ... }
+//		err := g.Write(func(r store.Rows) error {
+//			for _, row := range batch {
+//				if err := r.Put(row.Key, row.Value); err != nil {
+//					return err
+//				}
+//			}
+//			return nil
+//		})
+//		if err != nil { ... }
 //	}
 //	err = g.Publish(meta, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "balances", cp) })
 //
@@ -74,7 +82,7 @@
 // Rows must have non-empty keys of at most bolt.MaxKeySize bytes (bbolt cannot
 // store an empty key); Put returns ErrEmptyKey for an empty key.
 //
-// Slices passed to Scan's callback, and those returned by a Write's
-// fold.Table, are only valid during the callback or transaction. Get returns
+// Slices passed to Scan's callback, and those returned by the Rows of a
+// Write or an Apply, are only valid during the callback or transaction. Get returns
 // a copy.
 package store

@@ -8,7 +8,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 )
 
@@ -99,10 +98,10 @@ func (g *Generation) ID() uint64 { return g.id }
 func (g *Generation) Table() string { return g.table }
 
 // Write runs fn in one read-write bbolt transaction over the generation. The
-// fold.Table handed to fn writes rows into the generation; its Index method
-// returns fold-private namespaces stored inside the generation (never
-// returned as rows, dropped with it). If fn returns an error, nothing it wrote
-// is committed and the error is returned as is. The Table, and any KV from
+// Rows handed to fn writes rows into the generation; its Index method
+// returns private namespaces stored inside the generation (never returned
+// as rows, dropped with it). If fn returns an error, nothing it wrote is
+// committed and the error is returned as is. The Rows, and any KV from
 // Index, must not be used after fn returns.
 //
 // Put copies the value (into an arena reused across Write calls), so callers
@@ -112,7 +111,7 @@ func (g *Generation) Table() string { return g.table }
 //
 // Commit cost dominates: write in batches (10k-100k rows per Write), not a
 // row per call. Each committed Write is fsynced.
-func (g *Generation) Write(fn func(t fold.Table) error) error {
+func (g *Generation) Write(fn func(r Rows) error) error {
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
@@ -375,16 +374,16 @@ func (g *Generation) Abort() error {
 	return nil
 }
 
-// genTable is the fold.Table of one Write transaction.
+// genTable is the Rows of one Write transaction.
 type genTable struct {
 	kv
 	index   *bolt.Bucket
 	indexes map[string]*kv
 }
 
-// Index returns the fold-private namespace name inside the generation,
+// Index returns the private namespace name inside the generation,
 // creating it.
-func (t *genTable) Index(name string) (fold.KV, error) {
+func (t *genTable) Index(name string) (KV, error) {
 	if k, ok := t.indexes[name]; ok {
 		return k, nil
 	}
@@ -403,7 +402,7 @@ func (t *genTable) Index(name string) (fold.KV, error) {
 	return k, nil
 }
 
-// kv is a fold.KV over one bucket of a write transaction.
+// kv is a KV over one bucket of a write transaction.
 type kv struct {
 	b     *bolt.Bucket
 	arena *arena // holds the copies of the values until the commit
@@ -503,5 +502,5 @@ func (a *arena) reset() {
 
 func (a *arena) free() { *a = arena{} }
 
-// compile-time check that genTable satisfies fold.Table.
-var _ fold.Table = (*genTable)(nil)
+// compile-time check that genTable satisfies Rows.
+var _ Rows = (*genTable)(nil)

@@ -51,7 +51,7 @@ func TestSecondPublishReplacesFirst(t *testing.T) {
 	if diff := cmp.Diff([]uint64{g2.ID()}, generationKeys(t, db)); diff != "" {
 		t.Errorf("Abort after Publish removed something (-want +got):\n%s", diff)
 	}
-	if err := g2.Write(func(foldTable) error { return nil }); !errors.Is(err, ErrGenerationDone) {
+	if err := g2.Write(func(Rows) error { return nil }); !errors.Is(err, ErrGenerationDone) {
 		t.Errorf("Write after Publish: %v", err)
 	}
 	if err := g2.Publish(TableMeta{}, nil); !errors.Is(err, ErrGenerationDone) {
@@ -94,7 +94,7 @@ func TestFailedRebuildLeavesPreviousTable(t *testing.T) {
 			}
 		}},
 		{"write error", func(t *testing.T, g *Generation) {
-			err := g.Write(func(tb foldTable) error {
+			err := g.Write(func(tb Rows) error {
 				if err := tb.Put([]byte("a/0001"), []byte("half-written")); err != nil {
 					return err
 				}
@@ -155,7 +155,7 @@ func TestCrashCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeOps(t, g, oracle{}, randomOps(t, 12, 300), 100)
-		if err := g.Write(func(tb foldTable) error {
+		if err := g.Write(func(tb Rows) error {
 			ix, err := tb.Index("identity")
 			if err != nil {
 				return err
@@ -236,7 +236,7 @@ func TestIndexIsPrivateAndDroppedWithGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = g.Write(func(tb foldTable) error {
+	err = g.Write(func(tb Rows) error {
 		ix, err := tb.Index("identity")
 		if err != nil {
 			return err
@@ -266,7 +266,7 @@ func TestIndexIsPrivateAndDroppedWithGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The index persists across Write transactions of the generation.
-	err = g.Write(func(tb foldTable) error {
+	err = g.Write(func(tb Rows) error {
 		ix, err := tb.Index("identity")
 		if err != nil {
 			return err
@@ -315,7 +315,7 @@ func TestIndexIsPrivateAndDroppedWithGeneration(t *testing.T) {
 func TestEmptyValuesAndKeys(t *testing.T) {
 	db := openTemp(t)
 	g, _ := db.Begin("t")
-	err := g.Write(func(tb foldTable) error {
+	err := g.Write(func(tb Rows) error {
 		if err := tb.Put([]byte("empty"), []byte{}); err != nil {
 			return err
 		}

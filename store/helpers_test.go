@@ -16,8 +16,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
-
-	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 func TestMain(m *testing.M) {
@@ -99,7 +97,7 @@ func (o oracle) sortedKeys(prefix string) []string {
 	return ks
 }
 
-// op is one row operation, applied both to the oracle and to a fold.Table.
+// op is one row operation, applied both to the oracle and to a Rows.
 type op struct {
 	del   bool
 	key   []byte
@@ -137,7 +135,7 @@ func writeOps(t *testing.T, g *Generation, o oracle, ops []op, batch int) {
 	var kbuf, vbuf []byte
 	for start := 0; start < len(ops); start += batch {
 		end := min(start+batch, len(ops))
-		err := g.Write(func(tb fold.Table) error {
+		err := g.Write(func(tb Rows) error {
 			for _, op := range ops[start:end] {
 				kbuf = append(kbuf[:0], op.key...)
 				if op.del {
@@ -231,5 +229,3 @@ func rawTable(t *testing.T, db *DB, table string) (meta []byte, rows map[string]
 	}
 	return meta, rows
 }
-
-type foldTable = fold.Table

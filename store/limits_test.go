@@ -28,11 +28,11 @@ func TestKeyLimitMatchesBolt(t *testing.T) {
 		t.Fatalf("HasRows of a new generation = %v, %v", has, err)
 	}
 	edge := bytes.Repeat([]byte("k"), fold.MaxKeySize)
-	if err := g.Write(func(tb fold.Table) error { return tb.Put(edge, []byte("v")) }); err != nil {
+	if err := g.Write(func(tb Rows) error { return tb.Put(edge, []byte("v")) }); err != nil {
 		t.Fatalf("put a key of MaxKeySize bytes: %v", err)
 	}
 	over := append(edge, 'k')
-	if err := g.Write(func(tb fold.Table) error { return tb.Put(over, []byte("v")) }); !errors.Is(err, bolterrors.ErrKeyTooLarge) {
+	if err := g.Write(func(tb Rows) error { return tb.Put(over, []byte("v")) }); !errors.Is(err, bolterrors.ErrKeyTooLarge) {
 		t.Fatalf("put a key of MaxKeySize+1 bytes = %v, want bbolt's ErrKeyTooLarge", err)
 	}
 	if has, err := g.HasRows(); err != nil || !has {

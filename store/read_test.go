@@ -198,7 +198,7 @@ func TestTablesSortedAndNotFound(t *testing.T) {
 func TestGetReturnsCopy(t *testing.T) {
 	db := openTemp(t)
 	g, _ := db.Begin("t")
-	if err := g.Write(func(tb foldTable) error { return tb.Put([]byte("k"), []byte("value")) }); err != nil {
+	if err := g.Write(func(tb Rows) error { return tb.Put([]byte("k"), []byte("value")) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Publish(TableMeta{}, nil); err != nil {

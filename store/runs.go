@@ -411,7 +411,7 @@ func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
 }
 
 // WriteMergedIndex is WriteMerged into the generation's private index
-// name (the one fold.Table.Index returns), which must be empty, with
+// name (the one Rows.Index returns), which must be empty, with
 // combine making each key's row from all of its sources' rows: for an
 // index whose entries accumulate (the count fold's identities) rather than
 // replace each other. The index's keys are not rows and are not counted.

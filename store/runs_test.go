@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/kmaterialize/kmaterialize/fold"
 )
 
 // sliceRows is a Sorted over rows given in order; a nil value is a
@@ -203,7 +201,7 @@ func TestWriteCountsKeys(t *testing.T) {
 	for tx := range 20 {
 		fail := tx%4 == 3
 		next := maps.Clone(want)
-		err := g.Write(func(tab fold.Table) error {
+		err := g.Write(func(tab Rows) error {
 			for range 300 {
 				k := []byte(fmt.Sprintf("k%03d", rng.IntN(400)))
 				if rng.IntN(3) == 0 {
@@ -302,7 +300,7 @@ func TestWriteMergedIndexCombines(t *testing.T) {
 		t.Fatalf("the runs directory is still there after the merge: %v", err)
 	}
 	got := map[string]string{}
-	err = g.Write(func(tab fold.Table) error {
+	err = g.Write(func(tab Rows) error {
 		ix, err := tab.Index("ix")
 		if err != nil {
 			return err

@@ -16,7 +16,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
-	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/dbdamage"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -38,7 +37,7 @@ func buildDB(t *testing.T, path string, n int) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = g.Write(func(tb fold.Table) error {
+	err = g.Write(func(tb store.Rows) error {
 		for k, v := range rows {
 			if err := tb.Put([]byte(k), []byte(v)); err != nil {
 				return err
@@ -171,7 +170,7 @@ func TestFreedPageReferenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = g.Write(func(tb fold.Table) error {
+	err = g.Write(func(tb store.Rows) error {
 		for i := 0; i < 3000; i++ {
 			if err := tb.Put([]byte(fmt.Sprintf("z-%05d", i)), []byte("v")); err != nil {
 				return err
