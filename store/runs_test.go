@@ -134,6 +134,91 @@ func TestWriteMergedMatchesMapFold(t *testing.T) {
 	}
 }
 
+// TestWriteMergedManyBlocks merges about 17 MiB of rows, so the merge
+// fills blocks of every size from mergeFirstCommit up to mergeCommitBytes
+// (each block reused at a larger size, rows that end past a block's limit,
+// values bigger than a page), and compares the generation with a map fold
+// of the same runs.
+func TestWriteMergedManyBlocks(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	db := openTemp(t)
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	const keys = 60_000
+	var mem *sliceRows
+	total := 0
+	for b := 0; b < 4; b++ {
+		last := map[string][]byte{}
+		for range 18_000 {
+			k := fmt.Sprintf("key-%06d", rng.IntN(keys))
+			if rng.IntN(10) == 0 {
+				last[k] = nil
+				continue
+			}
+			n := 200 + rng.IntN(400)
+			if rng.IntN(500) == 0 {
+				n = PageSize + rng.IntN(3*PageSize) // an overflow value
+			}
+			v := make([]byte, n)
+			for i := range v {
+				v[i] = byte('a' + rng.IntN(26))
+			}
+			last[k] = v
+		}
+		for k, v := range last {
+			if v == nil {
+				delete(want, k)
+			} else {
+				want[k] = string(v)
+			}
+		}
+		if b == 3 {
+			mem = batchRows(last)
+			break
+		}
+		if err := g.SpillRun(batchRows(last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range want {
+		total += len(k) + len(v)
+	}
+	if total < mergeFirstCommit+2*mergeFirstCommit+4*mergeFirstCommit+mergeCommitBytes/2 {
+		t.Fatalf("only %d bytes of rows: not enough to reach the largest block", total)
+	}
+	if err := g.WriteMerged(context.Background(), mem); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Publish(TableMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, got := scanAll(t, db, "t")
+	gotS := make(map[string]string, len(got))
+	for k, v := range got {
+		gotS[k] = string(v)
+	}
+	if len(gotS) != len(want) {
+		t.Fatalf("%d rows, want %d", len(gotS), len(want))
+	}
+	for k, v := range want {
+		if gotS[k] != v {
+			t.Fatalf("key %q: %d bytes, want %d bytes (or a different value)", k, len(gotS[k]), len(v))
+		}
+	}
+	m, err := db.Table("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Keys != int64(len(want)) {
+		t.Fatalf("meta keys %d, want %d", m.Keys, len(want))
+	}
+}
+
 // TestOpenRemovesLeftoverFiles leaves run files and a compaction temporary
 // as a killed process would, and checks a read-only open keeps them and a
 // read-write open removes exactly them (not a FILE.runs that is a plain
