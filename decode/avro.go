@@ -23,17 +23,9 @@ import (
 // JSON by walking the writer's schema alongside it: the generic value
 // alone cannot tell a union's wrapper from a map, nor a decimal's scale.
 func (d *Decoder) decodeAvro(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	sid, _, err := frame(b, avrov2.SchemaType)
+	_, s, key, err := d.framedSchema(b, avrov2.SchemaType, "Avro", where)
 	if err != nil {
 		return nil, err
-	}
-	s, err := d.schemaOf(sid, where)
-	if err != nil {
-		return nil, err
-	}
-	key := schemaKey{id: sid.ID, guid: sid.GUID}
-	if t := s.info.SchemaType; t != "" && t != avrov2.SchemaType {
-		return nil, badf(nil, "%s is a %s schema, not Avro", key, t)
 	}
 	w, ok := s.built.(avro.Schema)
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/rest"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde"
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde/avrov2"
 	"github.com/google/uuid"
 
 	"github.com/kmaterialize/kmaterialize/fold"
@@ -275,6 +276,30 @@ func (d *Decoder) schemaOf(sid serde.SchemaID, where fold.Position) (*schema, er
 		return nil, badf(s.notFound, "unknown %s (the registry does not have it)", k)
 	}
 	return s, nil
+}
+
+// framedSchema reads the frame of a payload in the registry's schemaType
+// ("AVRO", "PROTOBUF", "JSON"; name says it in errors) and returns the
+// frame's schema id and the schema, refusing a schema of another type (the
+// registry leaves an Avro schema's type empty).
+func (d *Decoder) framedSchema(b []byte, schemaType, name string, where fold.Position) (serde.SchemaID, *schema, schemaKey, error) {
+	sid, _, err := frame(b, schemaType)
+	if err != nil {
+		return sid, nil, schemaKey{}, err
+	}
+	key := schemaKey{id: sid.ID, guid: sid.GUID}
+	s, err := d.schemaOf(sid, where)
+	if err != nil {
+		return sid, nil, key, err
+	}
+	t := s.info.SchemaType
+	if t == "" {
+		t = avrov2.SchemaType
+	}
+	if t != schemaType {
+		return sid, nil, key, badf(nil, "%s is a %s schema, not %s", key, t, name)
+	}
+	return sid, s, key, nil
 }
 
 func (d *Decoder) where(p fold.Position) string {

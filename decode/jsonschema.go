@@ -12,20 +12,9 @@ import (
 // confluent's jsonschema deserializer into the raw JSON text (a generic
 // decode would turn every number into a float64), and canonicalizes it.
 func (d *Decoder) decodeJSONSchema(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	sid, _, err := frame(b, jsonschema.SchemaType)
+	_, _, key, err := d.framedSchema(b, jsonschema.SchemaType, "JSON Schema", where)
 	if err != nil {
 		return nil, err
-	}
-	s, err := d.schemaOf(sid, where)
-	if err != nil {
-		return nil, err
-	}
-	key := schemaKey{id: sid.ID, guid: sid.GUID}
-	if t := s.info.SchemaType; t != jsonschema.SchemaType {
-		if t == "" {
-			t = "AVRO"
-		}
-		return nil, badf(nil, "%s is a %s schema, not JSON Schema", key, t)
 	}
 	var raw json.RawMessage
 	err = safely(func() error { return c.jsonSchema.DeserializeInto(d.topic, b, &raw) })

@@ -37,20 +37,9 @@ type protoFile struct {
 // generated Go types, and each version of an evolving schema has its own
 // type.
 func (d *Decoder) decodeProtobuf(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	sid, _, err := frame(b, protobuf.SchemaType)
+	sid, s, key, err := d.framedSchema(b, protobuf.SchemaType, "Protobuf", where)
 	if err != nil {
 		return nil, err
-	}
-	s, err := d.schemaOf(sid, where)
-	if err != nil {
-		return nil, err
-	}
-	key := schemaKey{id: sid.ID, guid: sid.GUID}
-	if t := s.info.SchemaType; t != protobuf.SchemaType {
-		if t == "" {
-			t = "AVRO"
-		}
-		return nil, badf(nil, "%s is a %s schema, not Protobuf", key, t)
 	}
 	pf, ok := s.built.(*protoFile)
 	if !ok {

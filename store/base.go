@@ -78,11 +78,10 @@ func (b *baseRows) fill() error {
 
 // generationBucket returns the named sub-bucket of generation gen in tx.
 func generationBucket(tx *bolt.Tx, gen uint64, name []byte) (*bolt.Bucket, error) {
-	gens := tx.Bucket(BucketGenerations)
-	if gens == nil {
+	if tx.Bucket(BucketGenerations) == nil {
 		return nil, fmt.Errorf("%w: no generations bucket", ErrCorrupt)
 	}
-	gb := gens.Bucket(GenerationKey(gen))
+	gb := genBucket(tx, gen)
 	if gb == nil {
 		return nil, fmt.Errorf("base generation %d: %w", gen, ErrGenerationGone)
 	}

@@ -61,17 +61,21 @@ func (g *Generation) Keep(n int) { g.keep = max(n, 0) }
 // before Publish.
 func (g *Generation) Guard(fn func(Changes) error) { g.guard = fn }
 
-// generationRows returns the rows bucket of generation gen, or nil.
-func generationRows(tx *bolt.Tx, gen uint64) *bolt.Bucket {
+// genBucket returns generation gen's bucket, or nil.
+func genBucket(tx *bolt.Tx, gen uint64) *bolt.Bucket {
 	gens := tx.Bucket(BucketGenerations)
 	if gens == nil {
 		return nil
 	}
-	gb := gens.Bucket(GenerationKey(gen))
-	if gb == nil {
-		return nil
+	return gens.Bucket(GenerationKey(gen))
+}
+
+// generationRows returns the rows bucket of generation gen, or nil.
+func generationRows(tx *bolt.Tx, gen uint64) *bolt.Bucket {
+	if gb := genBucket(tx, gen); gb != nil {
+		return gb.Bucket(BucketRows)
 	}
-	return gb.Bucket(BucketRows)
+	return nil
 }
 
 // compareRows walks old (nil: no previous generation) and cur in key order
@@ -250,15 +254,10 @@ func KeptGenerations(tx *bolt.Tx, table string) ([]Kept, error) {
 // KeptCheckpoint returns the copy of the table's checkpoint bucket kept
 // with generation gen (package checkpoint decodes it), or nil.
 func KeptCheckpoint(tx *bolt.Tx, gen uint64) *bolt.Bucket {
-	gens := tx.Bucket(BucketGenerations)
-	if gens == nil {
-		return nil
+	if gb := genBucket(tx, gen); gb != nil {
+		return gb.Bucket(BucketGenerationCheckpoint)
 	}
-	gb := gens.Bucket(GenerationKey(gen))
-	if gb == nil {
-		return nil
-	}
-	return gb.Bucket(BucketGenerationCheckpoint)
+	return nil
 }
 
 // History returns table's kept generations, newest first; none is not an
