@@ -402,10 +402,10 @@ const (
 // rows bucket, which must be empty: for a key in several sources the newest
 // row wins, and a winning tombstone leaves the key out. Rows go in in key
 // order, committed in blocks of up to mergeCommitBytes, so bbolt only ever
-// appends to the tree, filling whole pages. The keys are counted as they are written, and
-// Publish records that count instead of walking the tree. The run files are
-// removed whatever happens. A canceled ctx stops the merge between two
-// commits with ctx's error.
+// appends to the tree, filling whole pages. The keys are counted as they
+// are written, and Publish records that count instead of walking the tree.
+// The run files are removed whatever happens. A canceled ctx stops the
+// merge between two commits with ctx's error.
 func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
 	return g.writeMerged(ctx, mem, nil, nil)
 }
@@ -455,8 +455,9 @@ func (g *Generation) writeMerged(ctx context.Context, mem Sorted, index []byte, 
 // nil, to the empty index bucket index.
 //
 // Two goroutines share the work: one reads src (the merge: run files, the
-// heap, the fold's rows) and copies the rows into a block of about
-// mergeCommitBytes, while this one puts the previous block into bbolt and
+// heap, the fold's rows) and copies the rows into a block (the first of
+// mergeFirstCommit bytes, each next one twice as large up to
+// mergeCommitBytes), while this one puts the previous block into bbolt and
 // commits it. Two blocks circulate, so memory is two blocks.
 func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) error {
 	full := make(chan *rowBlock, 1)
