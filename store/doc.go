@@ -61,8 +61,10 @@
 //
 // bbolt trusts its file: a damaged page is a panic, a page past the end of a
 // truncated file a memory fault. Open checks the meta pages and the file size
-// first (preflight.go), reads run under a guard that turns panics and faults
-// into a *CorruptError (guard.go), and the whole-file walks that bbolt runs in
+// first (preflight.go), reads run under a guard that turns bbolt's panics
+// and memory faults into a *CorruptError and any other panic (a caller's
+// callback, a bug) into a *PanicError, ErrInternal (guard.go), and the
+// whole-file walks that bbolt runs in
 // goroutines of its own (a read-write open's freelist scan, Tx.Check) run in
 // a child process (PageCheck). Check reports every problem, bbolt's and the
 // schema's.

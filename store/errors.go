@@ -133,3 +133,37 @@ func (e *KeyNotFoundError) Error() string {
 
 // Is reports ErrKeyNotFound.
 func (e *KeyNotFoundError) Is(target error) bool { return target == ErrKeyNotFound }
+
+// ErrInternal is returned (as *PanicError) by reads when code that is not
+// bbolt's panicked while reading: a caller's callback or this package's own
+// code. It is a bug to report, not damage to the file.
+var ErrInternal = errors.New("internal error")
+
+// PanicError is a panic recovered while reading Path that was not bbolt's
+// (see classifyPanic): Value is what was passed to panic, Function the
+// function that panicked, Stack the goroutine's stack at the panic, for the
+// debug log. bbolt rolled the read transaction back, so the DB stays usable.
+// errors.Is(err, ErrInternal) is true.
+type PanicError struct {
+	Path     string
+	Value    any
+	Function string
+	Stack    []byte
+}
+
+func (e *PanicError) Error() string {
+	where := ""
+	if e.Function != "" {
+		where = " in " + e.Function
+	}
+	return fmt.Sprintf("internal error: panic%s while reading %s: %v", where, e.Path, e.Value)
+}
+
+// Is reports ErrInternal.
+func (e *PanicError) Is(target error) bool { return target == ErrInternal }
+
+// Unwrap returns the panic's value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

@@ -83,6 +83,7 @@ Try: kmaterialize demo`,
 		withConfig(cmd)
 		withPropsFile(cmd)
 		withProgressFlag(cmd)
+		withInternalStack(cmd)
 	}
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
@@ -91,6 +92,11 @@ Try: kmaterialize demo`,
 	if err == nil && unknown != "" {
 		err = &usageError{msg: fmt.Sprintf("unknown command %q", unknown), hint: "kmaterialize help"}
 	}
+	return finish(app, err, stderr)
+}
+
+// finish prints err with its hint on stderr and returns its exit code.
+func finish(app *cli.App, err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}

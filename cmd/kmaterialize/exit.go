@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/decode"
@@ -37,6 +39,9 @@ func exitCode(err error) int {
 	case errors.As(err, &de):
 		// The daemon's answer, mapped to the direct path's code in route.go.
 		return de.code
+	case errors.Is(err, store.ErrInternal):
+		// Before the others: the panic's value may be any error.
+		return exitError
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadEnd), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
 		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting):
@@ -77,6 +82,9 @@ func hint(err error) string {
 	switch {
 	case errors.As(err, &de) && de.hint != "":
 		return de.hint
+	case errors.Is(err, store.ErrInternal):
+		// A bug: no command of the operator's can fix it.
+		return ""
 	case errors.As(err, &u):
 		if u.hint != "" {
 			return u.hint
@@ -142,6 +150,28 @@ func hint(err error) string {
 		return "fix or remove the record, or rebuild with --on-bad-record skip to leave such records out and count them (kmaterialize tables shows them)"
 	}
 	return ""
+}
+
+// withInternalStack logs the stack of an internal error (a panic a read
+// recovered in code that is not bbolt's: store.PanicError) at debug level.
+// The error's message, printed like any other, says what panicked and
+// exits 1 with no hint: the stack is for a bug report, not for the
+// operator, and nothing about the file needs repairing.
+func withInternalStack(cmd *cli.Command) {
+	action := cmd.Action
+	if action == nil {
+		return
+	}
+	cmd.Action = func(c *cli.Context) error {
+		err := action(c)
+		var pe *store.PanicError
+		if errors.As(err, &pe) {
+			if log, lerr := newLogger(c); lerr == nil {
+				log.Debug().Str("function", pe.Function).Str("stack", string(pe.Stack)).Msg("internal error: the panic's stack")
+			}
+		}
+		return err
+	}
 }
 
 // corruptPath is the file a corrupt error names, or FILE.
