@@ -46,8 +46,20 @@ type FollowOptions struct {
 	// Interval: see replay.FollowConfig.Interval. Default
 	// DefaultFollowInterval.
 	Interval time.Duration
-	// Refresh is how often the live marks are asked for. Default 1s.
+	// Refresh is how often the live marks are asked for. Default 1s. It
+	// bounds, too, how long records of a partition that never idles wait
+	// for a stable offset to be applied at (see MaxApplyBytes).
 	Refresh time.Duration
+	// MaxApplyBytes is an apply's byte budget (records' keys and values).
+	// An apply ends only before the first record at or above a last
+	// stable offset the follower has seen (replay.FollowConfig's "Where a
+	// batch ends"), so that a transaction becomes visible whole; when the
+	// records read past the last such offset reach this budget first, the
+	// apply ends where the reading stood, possibly inside a transaction,
+	// and FollowSnapshot.UnstableCuts counts it. Default
+	// replay.DefaultFollowMaxBytes (64 MiB). Memory: about this much is
+	// held while reading, and up to this much per batch in flight.
+	MaxApplyBytes int64
 	// Status, if set, is kept up to date: positions applied, live marks,
 	// apply counters.
 	Status *FollowStatus
@@ -62,7 +74,13 @@ type FollowOptions struct {
 // and applies what it reads with store.DB.Apply, each transaction holding
 // the rows and the checkpoint's new positions together, so a restart (clean
 // or a kill) resumes where the last commit left off: no record lost, none
-// applied twice. Readers see, per partition, a prefix of the log.
+// applied twice. Readers see, per partition, a prefix of the log, and a
+// transaction's records in one partition together: an apply ends only at
+// a last stable offset the follower has seen, unless MaxApplyBytes is
+// reached first (counted in FollowSnapshot.UnstableCuts), and unless
+// another producer's transaction began inside it and was still open when
+// it committed (see replay.FollowConfig's "Where a batch ends"). Nothing
+// is promised across partitions: each partition's cut is its own.
 //
 // It returns nil when ctx ends, and otherwise the first error: a conflict or
 // a bad record the fold refuses (the batch is not applied), records deleted
@@ -77,6 +95,9 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultFollowInterval
+	}
+	if opts.MaxApplyBytes <= 0 {
+		opts.MaxApplyBytes = replay.DefaultFollowMaxBytes
 	}
 	var meta store.TableMeta
 	var cp checkpoint.Checkpoint
@@ -127,7 +148,7 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if rc.StallTimeout <= 0 {
 		rc.StallTimeout = opts.Spec.StallTimeout
 	}
-	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh}
+	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh, MaxBytes: opts.MaxApplyBytes}
 	fc.Live = func(m replay.LiveMarks) {
 		a.noteLive(m)
 		if opts.Status != nil {
@@ -165,14 +186,17 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 			}
 			return fmt.Errorf("follow table %q: %w", table, rerr)
 		case b := <-in:
+			// Every batch ends at a stable offset (or is Unstable), so
+			// an apply may end after any of them: the waiting ones go
+			// together, within the record bound and the byte budget.
 			batches := []replay.FollowBatch{b}
-			n := len(b.Records)
+			n, size := len(b.Records), b.Bytes
 		more:
-			for n < followMaxRecords {
+			for n < followMaxRecords && size < opts.MaxApplyBytes {
 				select {
 				case b := <-in:
 					batches = append(batches, b)
-					n += len(b.Records)
+					n, size = n+len(b.Records), size+b.Bytes
 				default:
 					break more
 				}
@@ -299,7 +323,7 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	count, isCount := f.(*fold.Count)
 	if l, ok := f.(*fold.Latest); ok {
 		// One sorted write of the last value of each key at Finish, over
-		// every batch (at most followMaxRecords records).
+		// every batch (within the byte budget, see MaxApplyBytes).
 		l.RetainRecords(math.MaxInt)
 	}
 	st, err := a.opts.DB.Apply(a.table, a.gen, func(r store.Rows) error {
@@ -334,7 +358,13 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	}
 	a.cp = cp
 	if a.opts.Status != nil {
-		a.opts.Status.applied(cp, int64(n))
+		var held int64
+		for _, b := range batches {
+			held += b.Held
+		}
+		// Only the last batch's end is the apply's: an Unstable
+		// batch followed by a stable one was not a visible cut.
+		a.opts.Status.applied(cp, int64(n), last.Unstable, held)
 	}
 	a.log.Debug().Int("records", n).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
 	return nil
@@ -421,6 +451,12 @@ type FollowStatus struct {
 	samples []rateSample
 	liveAt  time.Time
 	liveErr error
+
+	// unstable counts applies that ended where no stable offset was
+	// seen (the byte budget reached), held the read rounds that kept
+	// records back for one.
+	unstable int64
+	held     int64
 }
 
 // PartitionStatus is one followed partition.
@@ -444,6 +480,16 @@ type FollowSnapshot struct {
 	Rate       float64           // records applied per second, over the last 10s or so
 	LiveAt     time.Time         // when the live marks were last refreshed
 	LiveError  error             // the last refresh's error, nil when it worked
+
+	// UnstableCuts counts applies that ended where the follower had seen
+	// no stable offset, because FollowOptions.MaxApplyBytes was reached
+	// first: such an apply may show part of a transaction.
+	UnstableCuts int64
+	// Held counts the read rounds that would have ended a batch (by
+	// record count, a drained queue or the interval) but kept records
+	// back to reach a stable offset: the cuts inside a transaction that
+	// did not happen.
+	Held int64
 }
 
 type rateSample struct {
@@ -467,7 +513,8 @@ func (s FollowSnapshot) MaxLag() int64 {
 func (s *FollowStatus) Snapshot() FollowSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := FollowSnapshot{Records: s.records, Applies: s.applies, LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr}
+	out := FollowSnapshot{Records: s.records, Applies: s.applies, UnstableCuts: s.unstable, Held: s.held,
+		LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr}
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, *p)
 	}
@@ -492,12 +539,16 @@ func (s *FollowStatus) start(cp checkpoint.Checkpoint) {
 	s.samples = []rateSample{{at: time.Now(), records: s.records}}
 }
 
-func (s *FollowStatus) applied(cp checkpoint.Checkpoint, n int64) {
+func (s *FollowStatus) applied(cp checkpoint.Checkpoint, n int64, unstable bool, held int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.records += n
 	s.applies++
+	s.held += held
+	if unstable {
+		s.unstable++
+	}
 	s.last = now
 	for _, p := range cp.Partitions {
 		ps := s.parts[p.Partition]

@@ -1,9 +1,11 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -20,6 +22,36 @@ import (
 // the caller can save the positions with the rows they produced. Like Run,
 // it uses a fresh group.id, assigns partitions explicitly and commits
 // nothing.
+//
+// # Where a batch ends
+//
+// The consumer API hides transactions: no control record, no producer id
+// reaches the follower. What it can know is a stable offset: the last stable
+// offset (LSO) of a partition at some moment, from a partition-EOF event
+// (librdkafka raises it when a read_committed fetch at position p answers
+// with LSO p, so its offset is an LSO) and from a read_committed ListOffsets
+// (LSOs, asked by the refresh goroutine every Refresh). librdkafka's cached
+// watermarks are the high watermark, not the LSO, and are not used.
+//
+// A batch ends, in each partition, only at a stable offset S that the
+// follower has seen, with every record below S in it and none at or above:
+// "before the first record at or above S". Why that cuts no transaction: at
+// the moment the LSO was S, every transaction whose first record lies below
+// S was complete (the LSO is the first offset of the oldest open
+// transaction, or the high watermark when none is open). A committed
+// transaction T with records on both sides of S was therefore complete
+// then, with all its records written, so S was below the high watermark,
+// so S was the first offset of another transaction T' still open: T' began
+// inside T's records and was still open when T committed. That is the one
+// way a stable cut splits a transaction, and it needs two producers.
+// Aborted records are never delivered (read_committed) and cannot be split.
+//
+// Records read past the last stable offset seen are held (followPart.held)
+// until a later stable offset covers them. FollowConfig.MaxBytes bounds what
+// is held: when the held records' keys and values reach it, the batch ends
+// at the positions read instead, and FollowBatch.Unstable says so. A
+// partition that never idles (no EOF) gets its stable offsets from the
+// refresh alone: its records wait up to about Refresh before they can go.
 
 // ErrCheckpointBelowLow is returned (as an *Error of kind ErrRecordsRemoved)
 // when a follower's start position is below the partition's retained low:
@@ -27,10 +59,13 @@ import (
 // silently skip them.
 var ErrCheckpointBelowLow = errors.New("checkpoint below the retained low")
 
-// FollowConfig describes one follower. Brokers, Topic, Props, Headers,
-// BatchRecords and Log mean what they mean for Run; StallTimeout bounds
-// each metadata and ListOffsets request (default 30s). End and Start are
-// not used: From says where each partition starts and nothing ends.
+// FollowConfig describes one follower. Brokers, Topic, Props, Headers and
+// Log mean what they mean for Run; StallTimeout bounds each metadata and
+// ListOffsets request (default 30s). BatchRecords is how many records a read
+// round takes before a batch is due; a batch holds fewer when records wait
+// for a stable offset, and more when they then go together (at most about
+// MaxBytes of them). End and Start are not used: From says where each
+// partition starts and nothing ends.
 type FollowConfig struct {
 	Config
 	// From maps a partition to its first offset to read (a checkpoint's
@@ -40,16 +75,27 @@ type FollowConfig struct {
 	// or a partition the topic does not have, is ErrBadStart.
 	From map[int32]int64
 	// Interval bounds how long a record read waits before it is handed to
-	// the sink while records keep coming. When the client's queue runs dry
-	// the batch is handed at once. Default 200ms.
+	// the sink while records keep coming, once a stable offset covers it.
+	// When the client's queue runs dry the batch is handed at once.
+	// Default 200ms.
 	Interval time.Duration
-	// Refresh is how often the live marks (retained low, high watermark)
-	// and the partition set are asked for. Default 1s.
+	// Refresh is how often the live marks (retained low, high watermark,
+	// last stable offset) and the partition set are asked for. Default 1s.
 	Refresh time.Duration
 	// Live, if set, is called from the follower's refresh goroutine with
 	// the marks of every followed partition.
 	Live func(LiveMarks)
+	// MaxBytes bounds the keys and values of the records read past the
+	// last stable offset seen (see "Where a batch ends"): reaching it ends
+	// the batch at the positions read, inside a transaction if one is
+	// being read (FollowBatch.Unstable). Default DefaultFollowMaxBytes.
+	// Memory: the follower holds at most about this much, and each batch
+	// it hands over is at most about this much plus BatchRecords records.
+	MaxBytes int64
 }
+
+// DefaultFollowMaxBytes is FollowConfig.MaxBytes' default: 64 MiB.
+const DefaultFollowMaxBytes = 64 << 20
 
 // LiveMarks are the partitions' current marks, as ListOffsets answered
 // them at At.
@@ -57,20 +103,35 @@ type LiveMarks struct {
 	At    time.Time
 	Low   map[int32]int64
 	High  map[int32]int64 // high watermark (read_uncommitted)
-	Error error           // the refresh failed; Low and High are nil
+	LSO   map[int32]int64 // last stable offset (read_committed)
+	Error error           // the refresh failed; Low, High and LSO are nil
 }
 
 // FollowBatch is what a follower hands its sink: records in offset order
 // within each partition, and the position (the next offset to read) of
 // every followed partition after them. Transaction markers and aborted
 // records move a position without a record, so a batch may have positions
-// and no records.
+// and no records. Each position is a stable offset the follower saw, or
+// the partition's position in the batch before (see "Where a batch ends"),
+// unless Unstable.
 type FollowBatch struct {
 	Records   []fold.Record
 	Positions map[int32]int64
 	// Lows holds the retained low of partitions first read in this batch
 	// (added to the topic after the follower started), which start there.
 	Lows map[int32]int64
+	// Bytes is the sum of the records' key and value lengths.
+	Bytes int64
+	// Unstable reports that FollowConfig.MaxBytes was reached before a
+	// stable offset: some position is where the reading stood, possibly
+	// inside a transaction.
+	Unstable bool
+	// Held counts the read rounds since the last batch that would have
+	// ended one (records BatchRecords, the client's queue drained, the
+	// Interval passed) but ended with records held past the last stable
+	// offset seen: the batch boundaries a transaction being read did not
+	// get.
+	Held int64
 }
 
 // FollowSink receives a follower's batches. An error stops the follower and
@@ -90,6 +151,9 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = time.Second
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultFollowMaxBytes
 	}
 	cl, err := newClients(c.Config)
 	if err != nil {
@@ -123,8 +187,77 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 // followPart is one followed partition, owned by the read loop.
 type followPart struct {
 	partition int32
-	pos       int64
+	pos       int64 // the next offset to read
 	newLow    int64 // the low it started at when it was added; -1 otherwise
+	// out is the position last handed to the sink (at the start: where
+	// reading starts): records below it were delivered.
+	out int64
+	// held are the records read and not delivered, offsets in [out, pos),
+	// in offset order; heldBytes their keys' and values' lengths.
+	held      []fold.Record
+	heldBytes int64
+	// stable are the stable offsets seen above out, ascending.
+	stable []int64
+}
+
+// start sets the partition's position before anything is read.
+func (st *followPart) start(pos int64) { st.pos, st.out = pos, pos }
+
+// noteStable records off as a stable offset seen (an LSO at some moment).
+// One at or below out can no longer be a cut.
+func (st *followPart) noteStable(off int64) {
+	if off <= st.out {
+		return
+	}
+	i, found := slices.BinarySearch(st.stable, off)
+	if !found {
+		st.stable = slices.Insert(st.stable, i, off)
+	}
+}
+
+// read takes a record at the position.
+func (st *followPart) read(r fold.Record) {
+	st.held = append(st.held, r)
+	st.heldBytes += int64(len(r.Key) + len(r.Value))
+	st.pos = r.Offset + 1
+}
+
+// cut is where a batch may end in this partition now: the largest stable
+// offset seen that the position has reached, if it is above out.
+func (st *followPart) cut() (int64, bool) {
+	i, _ := slices.BinarySearch(st.stable, st.pos+1)
+	if i == 0 {
+		return 0, false
+	}
+	return st.stable[i-1], true
+}
+
+// below is how many held records lie below offset at.
+func (st *followPart) below(at int64) int {
+	n, _ := slices.BinarySearchFunc(st.held, at, func(r fold.Record, off int64) int { return cmp.Compare(r.Offset, off) })
+	return n
+}
+
+// take hands over the held records below at and moves out there.
+func (st *followPart) take(at int64) []fold.Record {
+	n := st.below(at)
+	out := st.held[:n:n]
+	for _, r := range out {
+		st.heldBytes -= int64(len(r.Key) + len(r.Value))
+	}
+	if n == len(st.held) {
+		st.held = nil
+	} else {
+		// A copy: what the sink keeps must not pin what is held.
+		st.held = slices.Clone(st.held[n:])
+	}
+	st.out = at
+	i, _ := slices.BinarySearch(st.stable, at+1)
+	st.stable = slices.Delete(st.stable, 0, i)
+	if len(st.stable) == 0 {
+		st.stable = nil
+	}
+	return out
 }
 
 type follower struct {
@@ -135,6 +268,10 @@ type follower struct {
 	// yet, from the refresh goroutine to the loop.
 	added chan []PartitionBounds
 	known sync.Map // partition -> true, read by refresh
+	// lsos are the last stable offsets the refresh read, for the loop to
+	// take (nil once taken).
+	lsoMu sync.Mutex
+	lsos  map[int32]int64
 }
 
 // assign checks the start positions against the captured marks and assigns
@@ -170,9 +307,10 @@ func (f *follower) assign(plan Plan) error {
 	for _, pb := range plan.Partitions {
 		st := &followPart{partition: pb.Partition, newLow: -1}
 		if off, ok := f.c.From[pb.Partition]; ok {
-			st.pos = off
+			st.start(off)
 		} else {
-			st.pos, st.newLow = pb.Low, pb.Low
+			st.start(pb.Low)
+			st.newLow = pb.Low
 		}
 		f.parts[pb.Partition] = st
 		f.known.Store(pb.Partition, true)
@@ -200,8 +338,15 @@ func (f *follower) refresh(ctx context.Context) {
 			if err == nil {
 				highs, err = listOffsets(ctx, f.cl.admin, f.c.Topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 			}
+			var lsos map[int32]int64
 			if err == nil {
-				marks.Low, marks.High = lows, highs
+				lsos, err = LSOs(ctx, f.cl.admin, plan, timeout)
+			}
+			if err == nil {
+				marks.Low, marks.High, marks.LSO = lows, highs, lsos
+				f.lsoMu.Lock()
+				f.lsos = lsos
+				f.lsoMu.Unlock()
 				var added []PartitionBounds
 				for _, p := range parts {
 					if _, ok := f.known.Load(p.Partition); !ok {
@@ -238,32 +383,16 @@ func (f *follower) refresh(ctx context.Context) {
 	}
 }
 
-// loop polls until ctx ends or an error, handing batches to sink.
+// loop polls until ctx ends or an error, handing batches to sink. A read
+// round polls up to BatchRecords events; a batch is due after a round that
+// drained the client's queue, read BatchRecords records, or came
+// Interval after the oldest change not handed over, and goes only as far as
+// stable offsets allow (cut).
 func (f *follower) loop(ctx context.Context, sink FollowSink) error {
-	var batch []fold.Record
-	// A batch is handed over (the sink may keep it), so each is a new
-	// slice: sized like the last one, so that a catch-up's large batches
-	// do not grow by copying and a trickle's small ones stay small.
-	size := 256
 	lows := map[int32]int64{}
-	dirty := false
-	var since time.Time // when the oldest undelivered change was read
-	deliver := func() error {
-		if !dirty {
-			return nil
-		}
-		b := FollowBatch{Records: batch, Positions: make(map[int32]int64, len(f.parts))}
-		size = min(max(len(batch), 256), f.c.BatchRecords)
-		for p, st := range f.parts {
-			b.Positions[p] = st.pos
-		}
-		if len(lows) > 0 {
-			b.Lows = lows
-			lows = map[int32]int64{}
-		}
-		batch, dirty = nil, false
-		return sink(b)
-	}
+	dirty := false      // something read or moved that the sink has not seen
+	var since time.Time // when dirty became true
+	var held int64      // due rounds that ended with records held
 	changed := func() {
 		if !dirty {
 			dirty, since = true, time.Now()
@@ -289,12 +418,19 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 			changed()
 		default:
 		}
+		f.takeLSOs()
+		// Polling without waiting drains the queue before a batch goes;
+		// with nothing to hand over yet, the poll waits (no busy loop
+		// while records are held for a stable offset).
 		timeout := 100
-		if dirty {
+		if len(lows) > 0 || f.cuttable() {
 			timeout = 0
 		}
-		drained := false
-		for i := 0; i < f.c.BatchRecords; i++ {
+		// The round ends, too, when what is held reaches the byte
+		// budget: it must not overshoot by a round's records.
+		drained, n := false, 0
+		_, heldBytes := f.holding()
+		for n < f.c.BatchRecords && heldBytes < f.c.MaxBytes {
 			ev := f.cl.consumer.Poll(timeout)
 			timeout = 0
 			if ev == nil {
@@ -306,21 +442,123 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 				return err
 			}
 			if rec != nil {
-				if batch == nil {
-					batch = make([]fold.Record, 0, size)
-				}
-				batch = append(batch, *rec)
+				n++
+				heldBytes += int64(len(rec.Key) + len(rec.Value))
 			}
 			if moved {
 				changed()
 			}
 		}
-		if dirty && (drained || len(batch) >= f.c.BatchRecords || time.Since(since) >= f.c.Interval) {
-			if err := deliver(); err != nil {
-				return err
-			}
+		if !dirty {
+			continue
+		}
+		if !drained && n < f.c.BatchRecords && time.Since(since) < f.c.Interval && heldBytes < f.c.MaxBytes {
+			continue
+		}
+		b, ok := f.cut(heldBytes >= f.c.MaxBytes)
+		if len(lows) > 0 {
+			b.Lows, lows, ok = lows, map[int32]int64{}, true
+		}
+		left, _ := f.holding()
+		if left > 0 {
+			// A batch was due and records stay behind: a boundary
+			// the reading did not get.
+			held++
+		}
+		if !ok {
+			continue
+		}
+		b.Held, held = held, 0
+		if dirty = left > 0; dirty {
+			since = time.Now()
+		}
+		if err := sink(b); err != nil {
+			return err
 		}
 	}
+}
+
+// takeLSOs notes the last stable offsets the refresh read.
+func (f *follower) takeLSOs() {
+	f.lsoMu.Lock()
+	lsos := f.lsos
+	f.lsos = nil
+	f.lsoMu.Unlock()
+	for p, off := range lsos {
+		if st := f.parts[p]; st != nil {
+			st.noteStable(off)
+		}
+	}
+}
+
+// cuttable reports whether some partition may end a batch above where the
+// last one ended.
+func (f *follower) cuttable() bool {
+	for _, st := range f.parts {
+		if at, ok := st.cut(); ok && at > st.out {
+			return true
+		}
+	}
+	return false
+}
+
+// holding is how many records are held, and their keys' and values'
+// lengths.
+func (f *follower) holding() (records int, bytes int64) {
+	for _, st := range f.parts {
+		records += len(st.held)
+		bytes += st.heldBytes
+	}
+	return records, bytes
+}
+
+// cut builds the next batch: every partition ends at its cut (see "Where a
+// batch ends"), or stays where the last batch left it. If what stays held
+// is still at the byte budget (over is the budget reached before), every
+// partition ends at its position instead and the batch is Unstable. ok is
+// false when the batch would change nothing.
+func (f *follower) cut(over bool) (b FollowBatch, ok bool) {
+	ends := make(map[int32]int64, len(f.parts))
+	n := 0 // records the batch takes
+	var left int64
+	for p, st := range f.parts {
+		ends[p] = st.out
+		at, found := st.cut()
+		if !found || at <= st.out {
+			left += st.heldBytes
+			continue
+		}
+		ends[p], ok = at, true
+		i := st.below(at)
+		n += i
+		for _, r := range st.held[i:] {
+			left += int64(len(r.Key) + len(r.Value))
+		}
+	}
+	if over && left >= f.c.MaxBytes {
+		b.Unstable, n = true, 0
+		for p, st := range f.parts {
+			ends[p] = st.pos
+			n += len(st.held)
+			ok = ok || st.pos > st.out
+		}
+	}
+	if !ok {
+		return b, false
+	}
+	b.Records = make([]fold.Record, 0, n)
+	b.Positions = make(map[int32]int64, len(f.parts))
+	for p, st := range f.parts {
+		if ends[p] > st.out {
+			rs := st.take(ends[p])
+			for _, r := range rs {
+				b.Bytes += int64(len(r.Key) + len(r.Value))
+			}
+			b.Records = append(b.Records, rs...)
+		}
+		b.Positions[p] = st.out
+	}
+	return b, true
 }
 
 // addPartitions assigns partitions found since the start, from their low.
@@ -331,7 +569,9 @@ func (f *follower) addPartitions(added []PartitionBounds, lows map[int32]int64) 
 		if _, ok := f.parts[pb.Partition]; ok {
 			continue
 		}
-		f.parts[pb.Partition] = &followPart{partition: pb.Partition, pos: pb.Low, newLow: pb.Low}
+		st := &followPart{partition: pb.Partition, newLow: pb.Low}
+		st.start(pb.Low)
+		f.parts[pb.Partition] = st
 		lows[pb.Partition] = pb.Low
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: pb.Partition, Offset: kafka.Offset(pb.Low)})
 		f.c.Log.Info().Str("topic", topic).Int32("partition", pb.Partition).Int64("low", pb.Low).
@@ -346,8 +586,9 @@ func (f *follower) addPartitions(added []PartitionBounds, lows map[int32]int64) 
 	return nil
 }
 
-// handle applies one client event: a record (returned), a partition EOF
-// (which may move the position past markers), or an error.
+// handle applies one client event: a record (held by its partition), a
+// partition EOF (a stable offset, which may move the position past
+// markers), or an error.
 func (f *follower) handle(ctx context.Context, ev kafka.Event) (moved bool, rec *fold.Record, err error) {
 	switch e := ev.(type) {
 	case *kafka.Message:
@@ -366,20 +607,24 @@ func (f *follower) handle(ctx context.Context, ev kafka.Event) (moved bool, rec 
 				r.Headers[i] = fold.Header{Key: h.Key, Value: h.Value}
 			}
 		}
-		st.pos = off + 1
+		st.read(r)
 		return true, &r, nil
 	case kafka.PartitionEOF:
 		st := f.parts[e.Partition]
 		if st == nil {
 			return false, nil, nil
 		}
-		if off := int64(e.Offset); off > st.pos {
+		// A read_committed fetch at this offset answered with it as the
+		// LSO (see "Where a batch ends").
+		off := int64(e.Offset)
+		if off > st.pos {
 			// Control records and aborted transactions advance the
 			// position without delivering a record.
 			st.pos = off
-			return true, nil, nil
+			moved = true
 		}
-		return false, nil, nil
+		st.noteStable(off)
+		return moved, nil, nil
 	case kafka.Error:
 		if e.Code() == kafka.ErrAutoOffsetReset || e.Code() == kafka.ErrOffsetOutOfRange {
 			return false, nil, f.clientError(ctx, -1, e)
