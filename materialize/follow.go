@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
@@ -58,7 +59,7 @@ type FollowOptions struct {
 	// apply ends where the reading stood, possibly inside a transaction,
 	// and FollowSnapshot.UnstableCuts counts it. Default
 	// replay.DefaultFollowMaxBytes (64 MiB). Memory: about this much is
-	// held while reading, and up to this much per batch in flight.
+	// held while reading, and about this much more is in flight.
 	MaxApplyBytes int64
 	// Status, if set, is kept up to date: positions applied, live marks,
 	// apply counters.
@@ -157,19 +158,26 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A few batches in flight (each at most Replay.BatchRecords records):
-	// the reader keeps polling while a transaction commits, and memory
-	// stays bounded by batches, not by how far behind the table is.
+	// In flight: a few batches, MaxApplyBytes of records at most (a
+	// larger batch alone): the reader keeps polling while a transaction
+	// commits, and memory stays bounded in bytes (about twice the budget
+	// with what the reader holds), not by how far behind the table is.
 	in := make(chan replay.FollowBatch, 8)
+	room := semaphore.NewWeighted(opts.MaxApplyBytes)
+	weight := func(b replay.FollowBatch) int64 { return min(max(b.Bytes, 1), opts.MaxApplyBytes) }
 	done := make(chan struct{})
 	var rerr error
 	go func() {
 		defer close(done)
 		rerr = replay.Follow(rctx, fc, func(b replay.FollowBatch) error {
+			if err := room.Acquire(rctx, weight(b)); err != nil {
+				return err
+			}
 			select {
 			case in <- b:
 				return nil
 			case <-rctx.Done():
+				room.Release(weight(b))
 				return rctx.Err()
 			}
 		})
@@ -201,7 +209,11 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 					break more
 				}
 			}
-			if err := a.apply(batches); err != nil {
+			err := a.apply(batches)
+			for _, b := range batches {
+				room.Release(weight(b))
+			}
+			if err != nil {
 				cancel()
 				<-done
 				return err

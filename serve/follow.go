@@ -359,6 +359,8 @@ var (
 		"Records per second a followed table's follower applied over the last ~10s.", []string{"table"}, nil)
 	descFollowing = prometheus.NewDesc("kmaterialize_follow_running",
 		"1 while a followed table's follower runs without error, else 0.", []string{"table"}, nil)
+	descFollowUnstableCuts = prometheus.NewDesc("kmaterialize_follow_unstable_cuts_total",
+		"Applies of a followed table that ended where no last stable offset was seen, the apply's byte budget reached first: each may have shown part of a transaction.", []string{"table"}, nil)
 )
 
 func (c followCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -366,6 +368,7 @@ func (c followCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descFollowApplied
 	ch <- descFollowRate
 	ch <- descFollowing
+	ch <- descFollowUnstableCuts
 }
 
 func (c followCollector) Collect(ch chan<- prometheus.Metric) {
@@ -389,5 +392,6 @@ func (c followCollector) Collect(ch chan<- prometheus.Metric) {
 			running = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descFollowing, prometheus.GaugeValue, running, n)
+		ch <- prometheus.MustNewConstMetric(descFollowUnstableCuts, prometheus.CounterValue, float64(v.snap.UnstableCuts), n)
 	}
 }

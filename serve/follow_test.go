@@ -139,6 +139,7 @@ func TestFollowAPI(t *testing.T) {
 		fmt.Sprintf(`kmaterialize_follow_records_applied_total{table="live"} %d`, len(more)),
 		`kmaterialize_follow_apply_rate{table="live"}`,
 		`kmaterialize_follow_running{table="live"} 1`,
+		`kmaterialize_follow_unstable_cuts_total{table="live"} 0`,
 	} {
 		if !strings.Contains(string(m.body), s) {
 			t.Errorf("/metrics lacks %q", s)
