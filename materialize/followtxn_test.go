@@ -158,9 +158,13 @@ func TestFollowTransactionVisibleWhole(t *testing.T) {
 	}
 	r.add(recs, offs, true)
 	after = tableState{keys: int64(len(r.latestOracle())), end: r.highs(1)[0]}
-	if offs[0] != before.end || offs[n-1] >= after.end || after.keys != before.keys+n {
+	// offs[0] is above before.end when CommitTxn had to redo a
+	// transaction franz-go aborted: the follower may then pass the
+	// aborted records, which is still "before".
+	if offs[0] < before.end || offs[n-1] >= after.end || after.keys != before.keys+n {
 		t.Fatalf("transaction at offsets %d..%d, table before %+v after %+v: not one run of new keys", offs[0], offs[n-1], before, after)
 	}
+	isBefore := func(st tableState) bool { return st.keys == before.keys && st.end >= before.end && st.end <= offs[0] }
 	r.awaitEnds(r.highs(1))
 	seen := samples()
 	s1 := r.awaitApplied(s0, n)
@@ -178,7 +182,7 @@ func TestFollowTransactionVisibleWhole(t *testing.T) {
 	}
 	// The outcome.
 	for _, st := range seen {
-		if st != before && st != after {
+		if !isBefore(st) && st != after {
 			t.Fatalf("a reader saw %+v: part of the transaction (before %+v, after %+v; all seen %v)", st, before, after, seen)
 		}
 	}
