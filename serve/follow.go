@@ -131,7 +131,8 @@ func (s *Server) stopFollow(table string) {
 
 // followLoop runs the follower until ctx ends or it fails for good,
 // retrying what may pass (Kafka unavailable) with a backoff and
-// restarting at once after a rebuild published another generation.
+// restarting at once after a rebuild published another generation or
+// another writer moved the checkpoint (materialize.ErrCheckpointMoved).
 func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs *followState) {
 	log := s.cfg.Log.With().Str(keyTable, table).Logger()
 	backoff := time.Second
@@ -145,6 +146,14 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		s.mu.Unlock()
 		if errors.Is(err, store.ErrGenerationChanged) {
 			log.Info().Err(err).Msg("a rebuild published meanwhile: following the new generation")
+			backoff = time.Second
+			continue
+		}
+		if errors.Is(err, materialize.ErrCheckpointMoved) {
+			// Another writer committed first; this follower's batch was
+			// not applied. Its records are read again from the stored
+			// checkpoint.
+			log.Info().Err(err).Msg("the checkpoint moved under the follower: following again from the stored checkpoint")
 			backoff = time.Second
 			continue
 		}
