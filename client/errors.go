@@ -31,6 +31,9 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeInternal           = "internal"
 	CodeGenerationNotFound = "generation_not_found"
+	// CodeTableFollowed: POST .../update of a followed table, which its
+	// follower keeps current (409).
+	CodeTableFollowed = "table_followed"
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that

@@ -18,6 +18,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -87,8 +88,10 @@ type FollowOptions struct {
 // a bad record the fold refuses (the batch is not applied), records deleted
 // below the checkpoint (replay.ErrRecordsRemoved), a rebuild that published
 // another generation meanwhile (store.ErrGenerationChanged: follow again
-// from the new checkpoint), a client error. The table keeps its last
-// applied state in every case.
+// from the new checkpoint), another writer (an update, a second follower)
+// that moved the checkpoint since this follower read it (ErrCheckpointMoved,
+// nothing of the batch applied: follow again from the stored checkpoint), a
+// client error. The table keeps its last applied state in every case.
 func Follow(ctx context.Context, opts FollowOptions) error {
 	table := opts.Spec.TableName()
 	if err := opts.Spec.Validate(); err != nil {
@@ -363,7 +366,11 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		}
 		return nil
 	}, func(tx *bolt.Tx) error {
-		return checkpoint.Save(tx, a.table, cp)
+		// Only if the checkpoint is still the one this follower last
+		// committed (or started from): another follower or an update that
+		// committed meanwhile read the same records, and this batch on top
+		// would apply them twice and move positions back.
+		return saveCheckpointFrom(tx, a.table, writerFollower, a.cp, cp)
 	})
 	if err != nil {
 		return fmt.Errorf("follow table %q: %w", a.table, err)
@@ -626,6 +633,7 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 	if err != nil {
 		return res, fmt.Errorf("catch up with the follower: %w", err)
 	}
+	failpoint.Hit(failpoint.CatchUpPaused) // a crash here leaves the old table and its checkpoint; the next open removes the unpublished generation
 	ends := res.Positions()
 	start := map[int32]int64{}
 	until := map[int32]int64{}
@@ -678,7 +686,8 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 
 // FollowRetriable reports whether Follow's error may pass without a
 // rebuild, so that following is worth retrying: Kafka unavailable, a
-// client error, a rebuild that published another generation meanwhile.
+// client error, a rebuild that published another generation meanwhile,
+// another writer that moved the checkpoint (ErrCheckpointMoved).
 // Records deleted below the checkpoint, a conflict or a bad record, a
 // deleted topic or a definition that no longer matches the table are not:
 // they need a rebuild (or an operator).
@@ -687,5 +696,5 @@ func FollowRetriable(err error) bool {
 		return false
 	}
 	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged) ||
-		errors.Is(err, decode.ErrUnavailable)
+		errors.Is(err, ErrCheckpointMoved) || errors.Is(err, decode.ErrUnavailable)
 }

@@ -258,14 +258,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	// follower (or anything else) that applied records meanwhile would
 	// otherwise have them applied twice.
 	hook := func(tx *bolt.Tx) error {
-		now, ok, err := checkpoint.Load(tx, o.Table)
-		if err != nil {
-			return err
-		}
-		if !ok || !sameCheckpoint(now, cp) {
-			return fmt.Errorf("table %q: %w", o.Table, ErrCheckpointMoved)
-		}
-		return checkpoint.Save(tx, o.Table, next)
+		return saveCheckpointFrom(tx, o.Table, writerUpdate, cp, next)
 	}
 	mode, err := u.publish(ctx, meta, specJSON, hook)
 	log = log.With().Int("runs", u.runs).Logger()
@@ -279,25 +272,6 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	log.Info().Str("topic", spec.Topic).Str("mode", mode).Int64("records", res.Records).Int64("keys", published.Keys).
 		Int64("updates", next.Updates).Dur("took", time.Since(started)).Msg("updated")
 	return Report{Meta: published, Checkpoint: next, Replay: res, Mode: mode}, nil
-}
-
-// ErrCheckpointMoved is returned when a table's checkpoint changed while an
-// update read from it (a rebuild, or a follower, published meanwhile):
-// nothing is published, and the update can be run again.
-var ErrCheckpointMoved = errors.New("the table's checkpoint changed during the update (another update, a follower or a rebuild published meanwhile); nothing was published")
-
-// sameCheckpoint reports whether a and b record the same positions.
-func sameCheckpoint(a, b checkpoint.Checkpoint) bool {
-	if a.Topic != b.Topic || a.EndMark != b.EndMark || !a.CapturedAt.Equal(b.CapturedAt) || a.Updates != b.Updates ||
-		len(a.Partitions) != len(b.Partitions) {
-		return false
-	}
-	for i := range a.Partitions {
-		if a.Partitions[i] != b.Partitions[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // nextCheckpoint is the checkpoint after an update from cp that read plan:

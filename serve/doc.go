@@ -23,7 +23,7 @@
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
 //	POST /v1/tables/{table}/rebuild      202 {"run": ID}; ?wait=1: 200 {"run","exit_code","error","generation"}
 //	POST /v1/tables/{table}/update       waits: 200 {"run","exit_code","error","generation","mode","keys","records","updates"};
-//	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds)
+//	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds but a followed one)
 //	POST /v1/tables/{table}/rollback     ?generation=G (default the newest kept): 200 {"generation","from","keys"}
 //	GET  /v1/tables/{table}/diff         ?from=&to=&limit=&encoding=base64: JSON lines as `kmaterialize diff`
 //	GET  /healthz, /readyz, /metrics
@@ -40,7 +40,7 @@
 //	403 forbidden (a POST on TCP without the admin token)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
 //	405 method_not_allowed
-//	409 generation_gone, run_in_progress (with "run": the running run's ID)
+//	409 generation_gone, run_in_progress (with "run": the running run's ID), table_followed (update of a followed table)
 //	422 not_utf8 (ask with encoding=base64)
 //	503 table_not_ready (never published yet; with Retry-After), not_ready (/readyz), shutting_down
 //	500 internal (a damaged database)
@@ -61,7 +61,10 @@
 // transaction holding rows and checkpoint, so its state is following and
 // each partition shows live_high and lag; /readyz also needs its lag
 // within Follow.MaxLag. A rebuild of a followed table catches up with the
-// follower before it publishes (follow.go). When following cannot go on (a
+// follower before it publishes (follow.go); from its catch-up to its end
+// the follower stays paused, across a reload too. An update of a followed
+// table is 409 table_followed: the follower keeps it current, and an
+// update would race it. When following cannot go on (a
 // conflict, records deleted below the checkpoint) the table stays served as
 // last applied, in state failed with the reason, and is rebuilt in the
 // background with Follow.RebuildIfNeeded.

@@ -68,8 +68,14 @@ type followState struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the follower's goroutine ends
 	running bool
-	err     error // why following stopped or is being retried; nil while it works
-	errAt   time.Time
+	// paused: a rebuild stopped the follower for its catch-up (catchUpFunc)
+	// and read the positions it applied; nothing else may start it again
+	// (a reload neither) until the run ends, or the follower would apply
+	// past the positions the new generation is published with, and the
+	// table would go back when it is.
+	paused bool
+	err    error // why following stopped or is being retried; nil while it works
+	errAt  time.Time
 }
 
 // followOf returns table's follower state, creating it. Call with s.mu held.
@@ -86,8 +92,8 @@ func (s *Server) followOf(table string) *followState {
 }
 
 // startFollow starts following table if it is configured to be followed,
-// is published, and is not followed already. The goroutine is owned by
-// Run (runWG).
+// is published, is not followed already and no run has paused its
+// follower. The goroutine is owned by Run (runWG).
 func (s *Server) startFollow(table string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,7 +105,7 @@ func (s *Server) startFollow(table string) {
 		return // never published: its first build starts following
 	}
 	fs := s.followOf(table)
-	if fs.running {
+	if fs.running || fs.paused {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.runCtx)
@@ -131,7 +137,8 @@ func (s *Server) stopFollow(table string) {
 
 // followLoop runs the follower until ctx ends or it fails for good,
 // retrying what may pass (Kafka unavailable) with a backoff and
-// restarting at once after a rebuild published another generation.
+// restarting at once after a rebuild published another generation or
+// another writer moved the checkpoint (materialize.ErrCheckpointMoved).
 func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs *followState) {
 	log := s.cfg.Log.With().Str(keyTable, table).Logger()
 	backoff := time.Second
@@ -145,6 +152,14 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		s.mu.Unlock()
 		if errors.Is(err, store.ErrGenerationChanged) {
 			log.Info().Err(err).Msg("a rebuild published meanwhile: following the new generation")
+			backoff = time.Second
+			continue
+		}
+		if errors.Is(err, materialize.ErrCheckpointMoved) {
+			// Another writer committed first; this follower's batch was
+			// not applied. Its records are read again from the stored
+			// checkpoint.
+			log.Info().Err(err).Msg("the checkpoint moved under the follower: following again from the stored checkpoint")
 			backoff = time.Second
 			continue
 		}
@@ -198,13 +213,17 @@ func (s *Server) runFollow(ctx context.Context, def tableDef, log zerolog.Logger
 	return def.Follow.Run(ctx, db, log, st)
 }
 
-// catchUpFunc is a followed table's rebuild's catch-up: it stops the
-// follower (its last transaction committed) and returns the positions of
-// the published table's checkpoint, nil when it has none. *paused records
-// that it ran.
-func (s *Server) catchUpFunc(table string, paused *bool) func(context.Context) (map[int32]int64, error) {
+// catchUpFunc is a followed table's rebuild's catch-up: it pauses the
+// follower (stops it, its last transaction committed, and keeps it from
+// being started again until the run ends: execute resumes it) and returns
+// the positions of the published table's checkpoint, nil when it has none.
+func (s *Server) catchUpFunc(table string) func(context.Context) (map[int32]int64, error) {
 	return func(context.Context) (map[int32]int64, error) {
-		*paused = true
+		// Paused before it is stopped: a reload's startFollow in between
+		// would otherwise start a follower this stop does not see.
+		s.mu.Lock()
+		s.followOf(table).paused = true
+		s.mu.Unlock()
 		s.stopFollow(table)
 		s.mu.Lock()
 		db := s.db

@@ -99,8 +99,7 @@ func (s *Server) startRun(name, trigger string) (*run, error) {
 func (s *Server) execute(r *run, def tableDef) {
 	log := s.cfg.Log.With().Str(keyTable, r.table).Uint64("run", r.id).Str("trigger", r.trigger).Logger()
 	log.Info().Msg("rebuild started")
-	paused := false
-	rep, err := s.build(def, log, &paused)
+	rep, err := s.build(def, log)
 	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation = rep.Meta.Generation
@@ -115,6 +114,12 @@ func (s *Server) execute(r *run, def tableDef) {
 	st.active = nil
 	st.last = &res
 	r.result = res
+	// The run's catch-up paused the follower: the run's end, and only it,
+	// resumes it.
+	paused := false
+	if fs := s.follows[r.table]; fs != nil {
+		paused, fs.paused = fs.paused, false
+	}
 	s.mu.Unlock()
 	// A followed table follows its new generation, or, when the rebuild
 	// failed after stopping the follower for its catch-up, the old one.
@@ -126,14 +131,14 @@ func (s *Server) execute(r *run, def tableDef) {
 
 // build calls def.Build, turning a panic into an error: one bad table must
 // not end the daemon that serves the others.
-func (s *Server) build(def tableDef, log zerolog.Logger, paused *bool) (rep materialize.Report, err error) {
+func (s *Server) build(def tableDef, log zerolog.Logger) (rep materialize.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("rebuild of table %q panicked: %v\n%s", def.Name, p, debug.Stack())
 		}
 	}()
 	if def.Follow != nil {
-		return def.Follow.Rebuild(s.runCtx, s.db, log, s.catchUpFunc(def.Name, paused))
+		return def.Follow.Rebuild(s.runCtx, s.db, log, s.catchUpFunc(def.Name))
 	}
 	return def.Build(s.runCtx, s.db, log)
 }

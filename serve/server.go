@@ -312,13 +312,20 @@ func (s *Server) SetTables(tables []Table) error {
 		s.buildUnpublished(added)
 		// Followers restart with their table's definition as it is now;
 		// those of tables no longer followed stop (the table stays
-		// served).
+		// served). A follower a rebuild has paused for its catch-up
+		// stays paused: the run's end resumes it (startFollow).
 		for name := range old {
 			s.stopFollow(name)
 		}
 		for _, d := range defs {
 			s.stopFollow(d.Name)
 			s.startFollow(d.Name)
+			s.mu.Lock()
+			paused := d.Follow != nil && s.follows[d.Name] != nil && s.follows[d.Name].paused
+			s.mu.Unlock()
+			if paused {
+				s.cfg.Log.Info().Str(keyTable, d.Name).Msg("reload: the follower stays paused while the table's rebuild catches up; the run's end resumes it")
+			}
 		}
 	}
 	return nil

@@ -67,6 +67,11 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	}
 	run, rep, err := s.startUpdate(table, rebuild)
 	switch {
+	case errors.Is(err, errFollowed):
+		writeError(w, http.StatusConflict, codeTableFollowed, fmt.Sprintf(
+			"table %q is followed: the daemon's follower keeps it current, and an update would race it "+
+				"(to update it on demand instead, set follow: false in the config and reload the daemon)", table))
+		return
 	case errors.Is(err, errRunning):
 		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already going (run %d)", table, run.id), Code: codeRunInProgress, Run: run.id})
 		return
@@ -103,13 +108,22 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// errFollowed is returned by startUpdate for a followed table.
+var errFollowed = errors.New("the table is followed")
+
 // startUpdate takes table's run lock and starts the update in a goroutine
-// owned by Run (runWG). The report is set before the run's done closes.
+// owned by Run (runWG). The report is set before the run's done closes. A
+// followed table is errFollowed: its follower applies what the topic
+// gains, and an update would race it (both would read from one checkpoint
+// and only one commit; the follower is never paused for an update).
 func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *materialize.Report, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil || s.stopping {
 		return nil, nil, errStopping
+	}
+	if def, ok := s.tables[name]; ok && def.Follow != nil {
+		return nil, nil, errFollowed
 	}
 	st := s.state(name)
 	if st.active != nil {

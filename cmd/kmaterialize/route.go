@@ -232,6 +232,12 @@ func (d *daemon) fail(err error, table string) error {
 	case client.CodeTableConfigured:
 		e.code = exitUsage
 		e.hint = "remove the table from the daemon's config and reload it (kill -HUP the daemon), then drop it"
+	case client.CodeTableFollowed:
+		// Not a conflict of data (3) nor a busy database (7, which
+		// waiting mends): the request does not apply to a followed
+		// table, as a table_configured drop does not.
+		e.code = exitUsage
+		e.hint = "read it as the follower keeps it (kmaterialize tables shows how far it has applied), or set follow: false for it in the daemon's config and reload the daemon (kill -HUP) to update it on demand"
 	case client.CodeRunInProgress:
 		e.code = exitBusy
 		e.hint = fmt.Sprintf("wait for run %d to end (GET /v1/tables/%s shows it), then ask again", ce.Run, table)

@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -750,4 +752,78 @@ func TestUpdateRefusesAsOfTable(t *testing.T) {
 	if diff := cmp.Diff(before, exportMembers(t, db, table)); diff != "" {
 		t.Fatalf("a refused update changed the table:\n%s", diff)
 	}
+}
+
+// TestRoutedUpdateFollowedTable: an update of a table the daemon follows
+// is refused, through the API (409 table_followed) and the routed CLI
+// (exit 2, the daemon's message and a hint, nothing else): the follower
+// keeps the table current, and an update would race it. The table is left
+// as the follower keeps it: no update counted, still following, and it
+// equals the oracle of every record.
+func TestRoutedUpdateFollowedTable(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 2)
+	parts := []int32{0, 1}
+	all := produce(t, topic, genRecords(rng, parts, 100))
+	rig := newDaemonRig(t, topic, "    follow: true\n    follow_interval: 50ms\n")
+	rig.start(t)
+	all = append(all, produce(t, topic, genRecords(rng, parts, 100))...)
+
+	resp, err := rig.cl.Post("http://kmaterialize/v1/tables/"+rig.table+"/update", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}
+	if resp.StatusCode != http.StatusConflict || json.Unmarshal(body, &ae) != nil || ae.Code != "table_followed" ||
+		!strings.Contains(ae.Error, "follower keeps it current") {
+		t.Fatalf("POST update of a followed table: %d %s; want 409 table_followed saying the follower keeps it current", resp.StatusCode, body)
+	}
+
+	r := bin(t, 2, "update", "--db", rig.db, "--table", rig.table)
+	if r.stdout != "" || !strings.Contains(r.stderr, "the daemon at "+rig.sock+" answered: table \""+rig.table+"\" is followed") ||
+		!strings.Contains(r.stderr, "follow: false") {
+		t.Fatalf("routed update of a followed table: stdout %q, stderr:\n%s", r.stdout, r.stderr)
+	}
+	want, _, _ := oracle(all, nil)
+	hw := map[int32]int64{}
+	for _, p := range parts {
+		hw[p] = broker.Cluster.PartitionInfo(topic, p).HighWatermark
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body, _ := httpGet(t, rig.cl, "/v1/tables/"+rig.table)
+		var tb struct {
+			State               string `json:"state"`
+			UpdatesSinceRebuild int64  `json:"updates_since_rebuild"`
+			Partitions          []struct {
+				Partition int32 `json:"partition"`
+				End       int64 `json:"end"`
+			} `json:"partitions"`
+		}
+		if code == http.StatusOK && json.Unmarshal([]byte(body), &tb) == nil {
+			if tb.UpdatesSinceRebuild != 0 {
+				t.Fatalf("the refused update counted: %s", body)
+			}
+			ends := map[int32]int64{}
+			for _, p := range tb.Partitions {
+				ends[p.Partition] = p.End
+			}
+			if tb.State == "following" && cmp.Equal(ends, hw) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower did not reach %v: %d %s", hw, code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	checkServedKeys(t, rig, want)
 }

@@ -1,5 +1,6 @@
 // Package failpoint parks or faults the process at named points inside the
-// commits of a rebuild, so that tests can kill it exactly there (like etcd's
+// commits of a rebuild (and at a followed table's catch-up), so that tests
+// can kill it exactly there, or act on it while it waits (like etcd's
 // gofail). It exists only in builds with the failpoints tag: in the normal
 // build Hit is an empty function the compiler removes, and nothing of this
 // package ships.
@@ -16,7 +17,12 @@
 //     forever, so the test can SIGKILL the process at that point;
 //   - nowrite: write "failpoint NAME nowrite" to stderr and PATH, then set
 //     the process's RLIMIT_FSIZE to 0 and return, so every later write to a
-//     regular file fails with EFBIG, as on a full disk (see NoWrite).
+//     regular file fails with EFBIG, as on a full disk (see NoWrite);
+//   - wait: write "failpoint NAME waiting" to stderr and PATH (which must be
+//     set), then block the calling goroutine until the test removes PATH,
+//     then write "failpoint NAME released" to stderr and return: the rest of
+//     the process runs meanwhile, so the test can act on it (send a signal,
+//     call its API) with the point provably reached and not yet passed.
 //
 // The points, and what a crash at each leaves, are the constants below;
 // each call site repeats the outcome in a comment.
@@ -55,6 +61,12 @@ const (
 	// A crash leaves the new table, its checkpoint, and no old generation:
 	// nothing to clean.
 	PublishCommitAfter = "publish-commit-after"
+	// CatchUpPaused is in a followed table's rebuild, just after its
+	// catch-up paused the follower and read the positions it applied,
+	// before the rebuild reads on to them. A crash leaves the old table
+	// with its checkpoint at the follower's last commit; the next
+	// read-write open removes the unpublished generation.
+	CatchUpPaused = "catch-up-paused"
 )
 
 // Environment variables read by the failpoints build.

@@ -3,7 +3,9 @@
 package failpoint
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -46,9 +48,9 @@ func parse(s string) (spec, error) {
 		sp.nth = v
 	}
 	switch sp.action {
-	case "park", "nowrite":
+	case "park", "nowrite", "wait":
 	default:
-		return spec{}, fmt.Errorf("%s: action %q: want park or nowrite", EnvPoint, sp.action)
+		return spec{}, fmt.Errorf("%s: action %q: want park, nowrite or wait", EnvPoint, sp.action)
 	}
 	return sp, nil
 }
@@ -83,12 +85,19 @@ func Hit(name string) {
 	if !fire {
 		return
 	}
-	verb := "parked"
-	if armed.action == "nowrite" {
-		verb = "nowrite"
-	}
+	verb := map[string]string{"park": "parked", "nowrite": "nowrite", "wait": "waiting"}[armed.action]
 	announce(fmt.Sprintf("failpoint %s %s", name, verb))
 	switch armed.action {
+	case "wait":
+		// Polled: the test's only handle on this goroutine is the file.
+		path := os.Getenv(EnvFile)
+		for {
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Fprintf(os.Stderr, "failpoint %s released\n", name)
 	case "park":
 		// Sleep rather than block on a channel: with every goroutine
 		// blocked the runtime would report a deadlock and exit.
@@ -106,6 +115,11 @@ func announce(line string) {
 	fmt.Fprintln(os.Stderr, line)
 	path := os.Getenv(EnvFile)
 	if path == "" {
+		if armed.action == "wait" {
+			// Nothing would ever release the point.
+			fmt.Fprintln(os.Stderr, "failpoint: the wait action needs", EnvFile)
+			os.Exit(99)
+		}
 		return
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
