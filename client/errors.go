@@ -31,6 +31,7 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeInternal           = "internal"
 	CodeGenerationNotFound = "generation_not_found"
+	CodeDefinitionChanged  = "definition_changed"
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that

@@ -29,6 +29,7 @@ const (
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeInternal           = "internal"
 	codeGenerationNotFound = "generation_not_found"
+	codeDefinitionChanged  = "definition_changed"
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet
