@@ -241,3 +241,50 @@ func TestDefinitionChangedWhileStopped(t *testing.T) {
 	checkDefinition(t, tj, false)
 	checkRows(t, d.c, "docs", "rebuilt by value_format json", compacted(t, rawOracle))
 }
+
+// TestDefinitionChangedDuringRun: the config changes while a requested
+// rebuild by the old definition is going. That run publishes raw; when it
+// ends the definitions are compared again and a rebuild by the new one
+// (trigger definition) publishes the canonical table.
+func TestDefinitionChangedDuringRun(t *testing.T) {
+	topic := newTopic(t)
+	recs := spacedRecords(4, 30, 10)
+	produce(t, topic, recs)
+	rawGate := make(chan struct{}, 2)
+	rawGate <- struct{}{} // the first build
+	raw := materialize.Spec{Name: "docs", Topic: topic, StallTimeout: 20 * time.Second}
+	d := start(t, baseConfig(t, specTable(raw, rawGate)))
+	waitFor(t, "the first build", 30*time.Second, func() bool { return d.c.table(t, "docs").State == StateReady })
+	gen := *d.c.table(t, "docs").Generation
+
+	if r := d.c.do(t, "POST", "/v1/tables/docs/rebuild", nil); r.status != http.StatusAccepted {
+		t.Fatalf("POST rebuild: %d %s", r.status, r.body)
+	}
+	jsGate := make(chan struct{})
+	js := raw
+	js.ValueFormat = decode.JSON
+	if err := d.s.SetTables([]Table{specTable(js, jsGate)}); err != nil {
+		t.Fatal(err)
+	}
+	tj := d.c.table(t, "docs")
+	if tj.Run == nil || tj.Run.Trigger != triggerRequest {
+		t.Fatalf("after the reload: run %+v, want the requested run still going", tj.Run)
+	}
+	checkDefinition(t, tj, true, "value_format")
+
+	rawGate <- struct{}{} // the requested run, by the old definition
+	tj = awaitDefinitionRun(t, d.c, "docs")
+	if *tj.Generation != gen+1 {
+		t.Fatalf("the requested run published generation %d, want %d", *tj.Generation, gen+1)
+	}
+	rawOracle := latestOracle(nil, recs)
+	checkRows(t, d.c, "docs", "published by the requested run", rawOracle)
+	checkDefinition(t, tj, true, "value_format")
+	close(jsGate)
+	waitFor(t, "the rebuild by the new definition to publish", 60*time.Second, func() bool {
+		tj = d.c.table(t, "docs")
+		return tj.Run == nil && *tj.Generation > gen+1
+	})
+	checkDefinition(t, tj, false)
+	checkRows(t, d.c, "docs", "rebuilt by value_format json", compacted(t, rawOracle))
+}
