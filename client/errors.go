@@ -34,6 +34,9 @@ const (
 	// CodeTableFollowed: POST .../update of a followed table, which its
 	// follower keeps current (409).
 	CodeTableFollowed = "table_followed"
+	// CodeDefinitionChanged: POST .../update of a table the config defines
+	// otherwise than it was built (409); the daemon is rebuilding it.
+	CodeDefinitionChanged = "definition_changed"
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that

@@ -39,8 +39,14 @@ var ErrNoCheckpoint = errors.New("table has no checkpoint")
 // FollowOptions describe one follower of a published table.
 type FollowOptions struct {
 	DB *store.DB
-	// Spec is the table's definition: its topic and fold. Spec.Name (or
-	// its topic) names the table.
+	// Spec names the table (Spec.Name, or its topic) and gives the
+	// follower's OnBadRecord and StallTimeout. The records are read and
+	// folded by the definition stored with the published table (LoadSpec),
+	// never by Spec's: a Spec whose definition differs (DefinitionChanges)
+	// needs a rebuild, which the caller starts, and until it publishes the
+	// table goes on as it was defined. Only a table stored without a
+	// definition (built by an older kmaterialize) is followed by Spec's,
+	// when its topic and fold agree with the table's.
 	Spec Spec
 	// Replay carries the connection (Brokers, Props), Log, StallTimeout,
 	// BatchRecords; its Topic, End and Start are ignored.
@@ -118,13 +124,17 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if err != nil {
 		return err
 	}
-	if cp.Topic != opts.Spec.Topic {
-		return fmt.Errorf("follow table %q: its checkpoint is of topic %q, its definition says %q: %w",
-			table, cp.Topic, opts.Spec.Topic, &SpecError{Table: table, Field: FieldTopic, Value: opts.Spec.Topic, Reason: "differs from the published table's topic; rebuild it"})
+	spec, err := followSpec(opts, meta)
+	if err != nil {
+		return err
 	}
-	if meta.Fold != opts.Spec.foldName() {
+	if cp.Topic != spec.Topic {
+		return fmt.Errorf("follow table %q: its checkpoint is of topic %q, its definition says %q: %w",
+			table, cp.Topic, spec.Topic, &SpecError{Table: table, Field: FieldTopic, Value: spec.Topic, Reason: "differs from the published table's topic; rebuild it"})
+	}
+	if meta.Fold != spec.foldName() {
 		return fmt.Errorf("follow table %q: %w", table,
-			&SpecError{Table: table, Field: FieldFold, Value: opts.Spec.foldName(), Reason: fmt.Sprintf("the published table was built with fold %s; rebuild it", meta.Fold)})
+			&SpecError{Table: table, Field: FieldFold, Value: spec.foldName(), Reason: fmt.Sprintf("the published table was built with fold %s; rebuild it", meta.Fold)})
 	}
 	from := make(map[int32]int64, len(cp.Partitions))
 	for _, p := range cp.Partitions {
@@ -134,9 +144,9 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 		opts.Status.start(cp)
 	}
 	log := opts.Log.With().Str("table", table).Uint64("generation", meta.Generation).Logger()
-	a := &applier{opts: opts, table: table, gen: meta.Generation, cp: cp, log: log}
-	dc := decode.Config{Topic: opts.Spec.Topic, Key: opts.Spec.KeyFormat, Value: opts.Spec.ValueFormat,
-		OnBadRecord: opts.Spec.OnBadRecord, Registry: opts.Registry}
+	a := &applier{opts: opts, spec: spec, table: table, gen: meta.Generation, cp: cp, log: log}
+	dc := decode.Config{Topic: spec.Topic, Key: spec.KeyFormat, Value: spec.ValueFormat,
+		OnBadRecord: spec.OnBadRecord, Registry: opts.Registry}
 	if dc.Active() {
 		// Keys and values are decoded as a rebuild of the table decodes
 		// them, so the fold sees the same canonical JSON.
@@ -147,10 +157,10 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 
 	rc := opts.Replay
-	rc.Topic = opts.Spec.Topic
+	rc.Topic = spec.Topic
 	rc.Log = log
 	if rc.StallTimeout <= 0 {
-		rc.StallTimeout = opts.Spec.StallTimeout
+		rc.StallTimeout = spec.StallTimeout
 	}
 	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh, MaxBytes: opts.MaxApplyBytes}
 	fc.Live = func(m replay.LiveMarks) {
@@ -185,7 +195,7 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 			}
 		})
 	}()
-	log.Info().Str("topic", opts.Spec.Topic).Interface("from", from).Msg("following")
+	log.Info().Str("topic", spec.Topic).Interface("from", from).Msg("following")
 	for {
 		select {
 		case <-done:
@@ -229,6 +239,26 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 }
 
+// followSpec is the Spec a follower of the table published with meta
+// reads and folds by: the stored definition, with the run's settings of
+// opts.Spec (on_bad_record, stall_timeout); opts.Spec itself for a table
+// stored without a definition.
+func followSpec(opts FollowOptions, meta store.TableMeta) (Spec, error) {
+	stored, err := specOf(opts.DB, meta)
+	if errors.Is(err, ErrNoSpec) {
+		return opts.Spec, nil
+	}
+	if err != nil {
+		return Spec{}, fmt.Errorf("follow table %q: %w", meta.Name, err)
+	}
+	if ch := DefinitionChanges(stored, opts.Spec); ch != nil {
+		opts.Log.Info().Str("table", meta.Name).Strs("changed", ch).
+			Msg("the configured definition differs from the published table's: following by the published one until a rebuild publishes the new one")
+	}
+	stored.OnBadRecord, stored.StallTimeout = opts.Spec.OnBadRecord, opts.Spec.StallTimeout
+	return stored, nil
+}
+
 // foldName is the fold's name as stored in a table's metadata.
 func (s Spec) foldName() string {
 	if s.Fold == "" {
@@ -241,6 +271,7 @@ func (s Spec) foldName() string {
 // owns the checkpoint as last committed.
 type applier struct {
 	opts  FollowOptions
+	spec  Spec // the definition the records are folded by (followSpec)
 	table string
 	gen   uint64
 	cp    checkpoint.Checkpoint
@@ -331,7 +362,7 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	}
 	cp := followCheckpoint(a.cp, last.Positions, lows)
 	cp.CapturedAt = a.capturedAt(a.cp.CapturedAt, endsOf(cp))
-	f, err := a.opts.Spec.NewFolder()
+	f, err := a.spec.NewFolder()
 	if err != nil {
 		return err
 	}

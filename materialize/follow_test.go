@@ -163,6 +163,7 @@ func (r *followRig) awaitEnds(want map[int32]int64) {
 		}
 		select {
 		case err := <-r.done:
+			r.done <- err // for stop, which the test's cleanup calls
 			r.t.Fatalf("the follower ended at %v (want %v): %v", got, want, err)
 		default:
 		}
@@ -711,5 +712,29 @@ func TestFollowDecodesLikeRebuild(t *testing.T) {
 	}
 	if m.Records != wm.Records || m.Skipped != wm.Skipped || m.SkippedByReason[fold.ReasonUndecodable] != 1 {
 		t.Fatalf("followed: records %d, skipped %d %v; rebuilt: records %d, skipped %d", m.Records, m.Skipped, m.SkippedByReason, wm.Records, wm.Skipped)
+	}
+}
+
+// TestFollowByStoredDefinition: a table rebuilt raw is followed with a
+// Spec that says value_format json. The follower folds by the stored
+// definition: the values as written, whitespace and all, and the record
+// that is not JSON kept, as the raw oracle says.
+func TestFollowByStoredDefinition(t *testing.T) {
+	r := newFollowRig(t, 1, materialize.Spec{Name: "stored"})
+	val := func(k, v string) localkafka.Record { return localkafka.Record{Key: []byte(k), Value: []byte(v)} }
+	r.produce([]localkafka.Record{val("a", `{ "n" : 1 }`), val("b", `[1,  2]`)})
+	r.rebuild()
+	r.spec.ValueFormat = "json"
+	if ch := materialize.DefinitionChanges(materialize.Spec{Topic: r.topic}, r.spec); !cmp.Equal(ch, []string{materialize.FieldValueFormat}) {
+		t.Fatalf("the follower's Spec differs from the stored one in %q, want value_format only", ch)
+	}
+	r.follow()
+	r.produce([]localkafka.Record{val("a", `{ "n" :  2 }`), val("c", `not json`), val("d", `"s"`)})
+	r.awaitEnds(r.highs(1))
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(r.latestOracle(), r.rows()); diff != "" {
+		t.Fatalf("followed by the stored raw definition (-oracle +table):\n%s", diff)
 	}
 }

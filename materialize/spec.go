@@ -304,3 +304,58 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 		Spec:       &stored,
 	}, nil
 }
+
+// DefinitionChanges returns the config file's names of the fields of the
+// table's definition in which configured differs from stored, in a fixed
+// order (topic, fold, key_format, value_format, identity_field,
+// group_field, ignore_fields, catalog, allow_unknown_groups); nil when
+// they agree. The definition is what decides which rows a record becomes:
+// a table whose stored definition differs from its configured one must be
+// rebuilt, never folded on two ways. The rest of a Spec (name, end,
+// stall_timeout, memory, on_bad_record, allow_empty, keep, max_change,
+// until) says how a run goes, not what the table is, and is not compared.
+//
+// Defaults compare equal to their spelled-out values (fold "" and latest,
+// format "" and raw); ignore_fields and the catalog's names compare as
+// sets, but no catalog (nil) differs from an empty one, which accepts no
+// group.
+func DefinitionChanges(stored, configured Spec) []string {
+	format := func(f decode.Format) decode.Format {
+		if f == "" {
+			return decode.Raw
+		}
+		return f
+	}
+	set := func(s []string) []string {
+		if s == nil {
+			return nil
+		}
+		out := slices.Clone(s)
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	sameSet := func(a, b []string) bool {
+		return (a == nil) == (b == nil) && slices.Equal(set(a), set(b))
+	}
+	var out []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{FieldTopic, stored.Topic == configured.Topic},
+		{FieldFold, stored.foldName() == configured.foldName()},
+		{FieldKeyFormat, format(stored.KeyFormat) == format(configured.KeyFormat)},
+		{FieldValueFormat, format(stored.ValueFormat) == format(configured.ValueFormat)},
+		{FieldIdentityField, stored.IdentityField == configured.IdentityField},
+		{FieldGroupField, stored.GroupField == configured.GroupField},
+		// An empty list ignores nothing, as no list does.
+		{FieldIgnoreFields, slices.Equal(set(stored.IgnoreFields), set(configured.IgnoreFields))},
+		{FieldCatalog, sameSet(stored.Catalog, configured.Catalog)},
+		{FieldAllowUnknownGroups, stored.AllowUnknownGroups == configured.AllowUnknownGroups},
+	} {
+		if !f.same {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

@@ -184,11 +184,15 @@ func (s *Server) readError(w http.ResponseWriter, table string, err error) {
 // tableJSON is a table as the API shows it. Fields of the published
 // generation are null while it has none.
 type tableJSON struct {
-	Name       string                 `json:"name"`
-	Topic      string                 `json:"topic"`
-	Fold       string                 `json:"fold"`
-	Params     map[string]string      `json:"params,omitempty"`
-	State      string                 `json:"state"`
+	Name   string            `json:"name"`
+	Topic  string            `json:"topic"`
+	Fold   string            `json:"fold"`
+	Params map[string]string `json:"params,omitempty"`
+	State  string            `json:"state"`
+	// Definition says whether the configured definition differs from the
+	// one the published table was built by (definition.go); absent when
+	// there is nothing to compare.
+	Definition *definitionJSON        `json:"definition,omitempty"`
 	Configured bool                   `json:"configured"`
 	Schedule   *string                `json:"schedule"`
 	Generation *uint64                `json:"generation"`
@@ -361,6 +365,11 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	}
 	if !published && !configured {
 		return t, false, nil
+	}
+	if published && configured {
+		if t.Definition, err = s.definitionInfo(db, table); err != nil {
+			return t, false, err
+		}
 	}
 	fv, followed := s.followInfo(table)
 	followFailed := followed && !fv.running && fv.err != nil

@@ -29,6 +29,11 @@ type Table struct {
 	// Follow, if set, keeps the published table current between rebuilds
 	// (follow.go); its Rebuild then replaces Build.
 	Follow *Follow
+	// Spec, if set, is the definition Build builds by. A published table
+	// whose stored definition differs from it is rebuilt by it, at start
+	// and on SetTables, and refuses updates until then (definition.go).
+	// Nil: the daemon does not compare.
+	Spec *materialize.Spec
 }
 
 // Config configures a Server. Zero values are the documented defaults.

@@ -17,7 +17,8 @@
 // # Routes
 //
 //	GET  /v1/tables                      {"tables": [TABLE, ...]}
-//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed|following)
+//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed|following;
+//	                                     definition {"changed","fields"} of a configured, published table)
 //	GET  /v1/tables/{table}/keys/{key}   the value's bytes (application/octet-stream)
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
@@ -40,7 +41,8 @@
 //	403 forbidden (a POST on TCP without the admin token)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
 //	405 method_not_allowed
-//	409 generation_gone, run_in_progress (with "run": the running run's ID), table_followed (update of a followed table)
+//	409 generation_gone, run_in_progress (with "run": the running run's ID), table_followed (update of a followed table),
+//	    definition_changed (update of a table the config defines otherwise than it was built)
 //	422 not_utf8 (ask with encoding=base64)
 //	503 table_not_ready (never published yet; with Retry-After), not_ready (/readyz), shutting_down
 //	500 internal (a damaged database)
@@ -68,6 +70,14 @@
 // conflict, records deleted below the checkpoint) the table stays served as
 // last applied, in state failed with the reason, and is rebuilt in the
 // background with Follow.RebuildIfNeeded.
+//
+// # Definitions
+//
+// A table whose configured definition (Table.Spec) differs from the one
+// stored with it is rebuilt by the configured one, at start and on
+// SetTables; until that rebuild publishes, the old table is served and
+// followed by its stored definition, and updates of it are refused
+// (definition.go).
 //
 // # Trust
 //

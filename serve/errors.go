@@ -30,6 +30,7 @@ const (
 	codeInternal           = "internal"
 	codeGenerationNotFound = "generation_not_found"
 	codeTableFollowed      = "table_followed"
+	codeDefinitionChanged  = "definition_changed"
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet

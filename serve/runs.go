@@ -54,6 +54,9 @@ type runState struct {
 	active  *run       // nil when no run is going: the run lock
 	last    *runResult // the last run that ended, nil before the first
 	skipped int64      // scheduled runs skipped because one was going
+	// recheck: the configured definition changed while a run was going;
+	// when it ends, the definitions are compared again (definition.go).
+	recheck bool
 }
 
 // state returns the table's run state, creating it. Call with s.mu held.
@@ -126,7 +129,21 @@ func (s *Server) execute(r *run, def tableDef) {
 	if def.Follow != nil && (err == nil || paused) {
 		s.startFollow(r.table)
 	}
+	s.recheckDefinition(r.table)
 	close(r.done)
+}
+
+// recheckDefinition rebuilds table when its definition changed while a
+// run was going (runState.recheck) and still differs.
+func (s *Server) recheckDefinition(table string) {
+	s.mu.Lock()
+	st := s.state(table)
+	recheck := st.recheck
+	st.recheck = false
+	s.mu.Unlock()
+	if recheck {
+		s.rebuildChanged([]string{table})
+	}
 }
 
 // build calls def.Build, turning a panic into an error: one bad table must

@@ -92,7 +92,8 @@ func (s *Server) now() time.Time { return s.clock.Now() }
 // Run opens the database read-write (a *store.LockedError naming the other
 // holder, and its socket if it is a daemon, when it is held), creates the
 // socket, calls ready (if not nil) once the socket serves, builds every
-// configured table that has no published generation, runs the schedules and
+// configured table that has no published generation, rebuilds those whose
+// stored definition differs from the configured one, runs the schedules and
 // serves until ctx ends. Then it stops accepting, lets requests in flight
 // finish (at most ShutdownGrace), cancels running rebuilds (they publish
 // nothing), closes the database, removes the socket and returns nil.
@@ -179,6 +180,9 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	for _, n := range names {
 		s.startFollow(n)
 	}
+	// After the followers start: a rebuild's catch-up stops the follower
+	// it finds running, and one started later would run on beside it.
+	s.rebuildChanged(names)
 	s.schedule(sched, defs)
 	sched.Start()
 	s.reloadMu.Unlock()
@@ -258,8 +262,9 @@ func (s *Server) buildUnpublished(names []string) {
 
 // SetTables replaces the tables the daemon keeps fresh (SIGHUP reload):
 // added tables without a published generation are built, removed ones are
-// no longer built or scheduled but stay readable, and changed schedules
-// take effect. An invalid list is a *ConfigError and changes nothing.
+// no longer built or scheduled but stay readable, changed schedules take
+// effect, and published tables whose definition changed (Table.Spec) are
+// rebuilt by the new one (definition.go). An invalid list is a *ConfigError and changes nothing.
 // Before Run it only replaces Config.Tables.
 func (s *Server) SetTables(tables []Table) error {
 	defs, err := validateTables(tables)
@@ -317,6 +322,7 @@ func (s *Server) SetTables(tables []Table) error {
 		for name := range old {
 			s.stopFollow(name)
 		}
+		names := make([]string, 0, len(defs))
 		for _, d := range defs {
 			s.stopFollow(d.Name)
 			s.startFollow(d.Name)
@@ -326,7 +332,11 @@ func (s *Server) SetTables(tables []Table) error {
 			if paused {
 				s.cfg.Log.Info().Str(keyTable, d.Name).Msg("reload: the follower stays paused while the table's rebuild catches up; the run's end resumes it")
 			}
+			names = append(names, d.Name)
 		}
+		// Tables the file now defines otherwise are rebuilt by the new
+		// definition; their followers go on by the stored one until then.
+		s.rebuildChanged(names)
 	}
 	return nil
 }

@@ -65,6 +65,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeTableNotConfigured, "this daemon runs no updates (no Update function configured)")
 		return
 	}
+	if db := s.database(w); db == nil || s.refuseChangedDefinition(w, db, table) {
+		return
+	}
 	run, rep, err := s.startUpdate(table, rebuild)
 	switch {
 	case errors.Is(err, errFollowed):
@@ -168,5 +171,6 @@ func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Re
 	*out = rep
 	r.result = res
 	s.mu.Unlock()
+	s.recheckDefinition(r.table)
 	close(r.done)
 }

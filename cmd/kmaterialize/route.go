@@ -245,6 +245,9 @@ func (d *daemon) fail(err error, table string) error {
 		e.code, e.hint = exitBusy, "the daemon is stopping: run the command again"
 	case client.CodeNotUTF8:
 		e.code, e.hint = exitUsage, "add --base64"
+	case client.CodeDefinitionChanged:
+		e.code = exitUsage
+		e.hint = fmt.Sprintf("the daemon rebuilds the table by its config's new definition (GET /v1/tables/%s shows the run and the fields); once it has published, updates go by the new one", table)
 	case client.CodeGenerationNotFound:
 		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}

@@ -85,6 +85,13 @@ errors.
 Kafka properties over the config's kafka.properties, for example to keep a
 password in a file of its own; SIGHUP reads it again.
 
+A table's definition (topic, fold, key_format, value_format, identity_field,
+group_field, ignore_fields, catalog contents, allow_unknown_groups) is stored
+with it. When the file defines a published table otherwise, at start or on
+SIGHUP, the daemon rebuilds it by the new definition; until that publishes,
+the old table is served (and followed) as it was, and updates of it are
+refused. The other options take effect without a rebuild.
+
 Signals: SIGHUP reloads the file: added tables are built, removed ones are no
 longer rebuilt or scheduled but stay readable; a file that does not load is
 logged and the running tables are kept (db, socket and listen changes need a
@@ -261,7 +268,7 @@ func serveTables(cfg *config.Config) []serve.Table {
 			return rep, red.Error(config.Scrub(err, props))
 		}
 		st := serve.Table{
-			Name: spec.Name, Topic: spec.Topic, Fold: spec.Fold, Schedule: t.Schedule,
+			Name: spec.Name, Topic: spec.Topic, Fold: spec.Fold, Schedule: t.Schedule, Spec: &spec,
 			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
 				return rebuild(ctx, db, log, nil)
 			},
