@@ -55,7 +55,7 @@ func TestCheckContinues(t *testing.T) {
 		{"policy missing", cp, plan(0, 60, map[string]string{}, nil), captured, "did not answer cleanup.policy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkContinues("tb", tc.cp, tc.plan, tc.now)
+			err := checkContinues(OpUpdate, "tb", tc.cp, tc.plan, tc.now)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
