@@ -415,3 +415,35 @@ func TestCatchUpRefusesRemovedRecords(t *testing.T) {
 		t.Fatalf("table changed: %s", cmp.Diff(before, got))
 	}
 }
+
+// TestCatchUpRefusesRecreatedTopic: the topic is deleted and created again
+// (its ID changes, shown first) while a followed table rebuilds, and grows
+// past the rebuild's end: the catch-up refuses, naming both IDs, and
+// nothing is published.
+func TestCatchUpRefusesRecreatedTopic(t *testing.T) {
+	rng := testRand(t)
+	r := newFollowRig(t, 1, materialize.Spec{Name: "cu"})
+	r.produce(randomRecords(rng, 1, 40, "a"))
+	first := r.rebuild()
+	before := r.rows()
+	opts, err := r.spec.Options(r.db, broker.Addr, nil, r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var was, now [16]byte
+	opts.CatchUp = func(ctx context.Context) (map[int32]int64, error) {
+		was, now = recreate(t, r.topic, 1)
+		if _, err := broker.Produce(ctx, r.topic, randomRecords(rng, 1, 80, "b")); err != nil {
+			return nil, err
+		}
+		return r.highs(1), nil
+	}
+	_, err = materialize.Rebuild(context.Background(), opts)
+	staleFollow(t, err, materialize.OpCatchUp, fmt.Sprintf("topic %s was recreated: id %s, now %s", r.topic, idString(was), idString(now)))
+	if m, merr := r.db.Table("cu"); merr != nil || m.Generation != first.Meta.Generation {
+		t.Fatalf("table %+v (%v): want generation %d still published", m, merr, first.Meta.Generation)
+	}
+	if got := r.rows(); !cmp.Equal(got, before) {
+		t.Fatalf("table changed: %s", cmp.Diff(before, got))
+	}
+}

@@ -11,14 +11,22 @@ package serve
 // the topic no longer holds.
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -80,7 +88,7 @@ func assertFailedStale(t *testing.T, d *daemon, table string, old oracle, want .
 }
 
 // TestFollowCompactedAfterDowntime: a followed table of a compacted topic
-// (delete.retention.ms 3s) whose daemon was down longer than that: the
+// (delete.retention.ms 5s) whose daemon was down longer than that: the
 // tombstone of k1 written meanwhile was compacted away (shown first).
 // Following from the checkpoint would keep k1 forever; instead the table
 // is failed naming the retention, or, with rebuild_if_needed, rebuilt
@@ -89,7 +97,7 @@ func TestFollowCompactedAfterDowntime(t *testing.T) {
 	for _, rebuildIfNeeded := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rebuild_if_needed=%v", rebuildIfNeeded), func(t *testing.T) {
 			topic := unique(t, "topic")
-			if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "3000"}); err != nil {
+			if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "5000"}); err != nil {
 				t.Fatal(err)
 			}
 			first := []localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}}
@@ -116,7 +124,7 @@ func TestFollowCompactedAfterDowntime(t *testing.T) {
 			d2 := start(t, cfg2)
 			old := latestOracle(oracle{}, first)
 			if !rebuildIfNeeded {
-				assertFailedStale(t, d2, "cfg", old, "delete.retention.ms=3000", "compacted")
+				assertFailedStale(t, d2, "cfg", old, "delete.retention.ms=5000", "compacted")
 				return
 			}
 			hw := highs(topic, 1)
@@ -190,4 +198,50 @@ func TestFollowRecreatedTopicDaemon(t *testing.T) {
 			})
 		}
 	}
+}
+
+// lockedBuffer is a log sink the test reads while the daemon writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestFollowRebuildIfNeededNoLoop: with DescribeConfigs denied on the
+// topic (the fault fires at every follower start), following is refused at
+// its start; rebuild_if_needed rebuilds once, the new generation's
+// follower is refused at its start too, and the daemon leaves the table
+// failed instead of rebuilding in a loop: two successful rebuilds (the
+// first build and one rebuild), two follower starts refused.
+func TestFollowRebuildIfNeededNoLoop(t *testing.T) {
+	topic := newTopic(t)
+	produce(t, topic, records(1, 20, 5))
+	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	defer h.Remove()
+	var logs lockedBuffer
+	cfg := baseConfig(t, followedTable("den", topic, Follow{RebuildIfNeeded: true}))
+	cfg.ExitCode = staleExitCode
+	cfg.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), &logs)).Level(zerolog.WarnLevel)
+	d := start(t, cfg)
+	waitFor(t, "the daemon to give up rebuilding", 60*time.Second, func() bool {
+		return strings.Contains(logs.String(), "not rebuilding in a loop")
+	})
+	if n := h.Hits(); n != 2 {
+		t.Fatalf("the DescribeConfigs fault fired %d times, want 2 (two follower starts)", n)
+	}
+	if m := d.c.get(t, "/metrics"); !strings.Contains(string(m.body), `kmaterialize_rebuilds_total{outcome="success",table="den"} 2`) {
+		t.Fatalf("want 2 successful rebuilds:\n%s", m.body)
+	}
+	assertFailedStale(t, d, "den", latestOracle(oracle{}, records(1, 20, 5)), "DescribeConfigs")
 }
