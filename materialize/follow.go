@@ -288,7 +288,7 @@ func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
 // update.
 func (a *applier) checkStart(plan replay.Plan) error {
 	if tc := plan.TopicConfig; tc != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err) {
-		return fmt.Errorf("follow table %q: read the topic's configuration: %w", a.table, tc.Err)
+		return fmt.Errorf("read the topic's configuration: %w", tc.Err)
 	}
 	if err := checkContinues(OpFollow, a.table, a.cp, plan, time.Now()); err != nil {
 		return err

@@ -99,10 +99,10 @@ type FollowBatch struct {
 type FollowSink func(FollowBatch) error
 
 // Follow reads c.Topic from c.From until ctx ends (then it returns nil) or
-// an error: a sink error, records deleted under a position
-// (ErrRecordsRemoved), the topic deleted, a fatal client error. Transient
-// broker errors are retried by the client for as long as they last; the
-// live marks say how far behind the follower is meanwhile.
+// an error: Check's refusal at the start, a sink error, records deleted
+// under a position (ErrRecordsRemoved), the topic deleted, a fatal client
+// error. Transient broker errors are retried by the client for as long as
+// they last; the live marks say how far behind the follower is meanwhile.
 func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	base := c.Config.withDefaults()
 	c.Config = base
