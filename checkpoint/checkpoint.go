@@ -30,7 +30,14 @@ var (
 	// they existed: Load reads them as zero (unknown age, no update).
 	keyCapturedAt = []byte("captured_at")
 	keyUpdates    = []byte("updates")
+	// keyTopicID is absent in checkpoints saved before it existed, by a
+	// build that does not know it (an older build's update rewrites the
+	// checkpoint without it), and when the broker reported no topic ID:
+	// Load reads it as the zero ID (unknown).
+	keyTopicID = []byte("topic_id")
 )
+
+const topicIDLen = 16 // a KIP-516 topic ID (a UUID)
 
 const valueLen = 32 // four big-endian int64s
 
@@ -71,6 +78,12 @@ type Checkpoint struct {
 	// Updates is how many updates followed the last full rebuild (0 after a
 	// rebuild or an import).
 	Updates int64
+	// TopicID is the topic's ID (KIP-516) when the positions were read,
+	// so that a topic deleted and created again under the same name is
+	// told from the one the table was read from. The zero ID is unknown
+	// (a broker or protocol without topic IDs, a checkpoint saved before
+	// the field existed, an import): never saved, never a mismatch.
+	TopicID [16]byte
 }
 
 // Save replaces table's checkpoint with cp in tx, which must be writable.
@@ -105,6 +118,12 @@ func Save(tx *bolt.Tx, table string, cp Checkpoint) error {
 	}
 	if cp.Updates > 0 {
 		if err := tb.Put(keyUpdates, binary.BigEndian.AppendUint64(nil, uint64(cp.Updates))); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+		}
+	}
+	if cp.TopicID != ([topicIDLen]byte{}) {
+		id := cp.TopicID // bbolt keeps the slice until the transaction ends
+		if err := tb.Put(keyTopicID, id[:]); err != nil {
 			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
 		}
 	}
@@ -209,6 +228,12 @@ func decode(tb *bolt.Bucket, table string) (cp Checkpoint, ok bool, err error) {
 			return Checkpoint{}, false, corrupt("updates has %d bytes, want 8", len(v))
 		}
 		cp.Updates = int64(binary.BigEndian.Uint64(v))
+	}
+	if v := tb.Get(keyTopicID); v != nil {
+		if len(v) != topicIDLen {
+			return Checkpoint{}, false, corrupt("topic_id has %d bytes, want %d", len(v), topicIDLen)
+		}
+		copy(cp.TopicID[:], v)
 	}
 	pb := tb.Bucket(bucketPartitions)
 	if pb == nil {

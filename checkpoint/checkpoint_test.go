@@ -189,3 +189,51 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 	}
 	check("v2", cp2)
 }
+
+// TestTopicID: a topic ID is saved as 16 bytes under topic_id and loaded
+// back; the zero ID (unknown) writes no key; a topic_id of another length
+// is corrupt.
+func TestTopicID(t *testing.T) {
+	db := openTemp(t)
+	id := [16]byte{0x8f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xff}
+	cp := Checkpoint{Topic: "events", EndMark: EndHigh, TopicID: id, Partitions: []Partition{{Partition: 0, High: 3, End: 3}}}
+	raw := func(table string) []byte {
+		var v []byte
+		if err := db.View(func(tx *bolt.Tx) error {
+			v = append([]byte(nil), tx.Bucket(store.BucketCheckpoints).Bucket([]byte(table)).Get([]byte("topic_id"))...)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, "t", cp) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := load(t, db, "t"); !ok || !cmp.Equal(cp, got) {
+		t.Fatalf("(-want +got):\n%s", cmp.Diff(cp, got))
+	}
+	if v := raw("t"); string(v) != string(id[:]) {
+		t.Fatalf("topic_id stored as %x, want %x", v, id)
+	}
+	unknown := cp
+	unknown.TopicID = [16]byte{}
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, "u", unknown) }); err != nil {
+		t.Fatal(err)
+	}
+	if v := raw("u"); len(v) != 0 {
+		t.Fatalf("the zero topic ID was stored: %x", v)
+	}
+	if got, _ := load(t, db, "u"); got.TopicID != ([16]byte{}) {
+		t.Fatalf("loaded topic ID %x, want zero", got.TopicID)
+	}
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(store.BucketCheckpoints).Bucket([]byte("t")).Put([]byte("topic_id"), []byte{1, 2, 3})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := db.View(func(tx *bolt.Tx) error { _, _, err := Load(tx, "t"); return err })
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a 3-byte topic_id loaded: %v", err)
+	}
+}

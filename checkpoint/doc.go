@@ -25,10 +25,18 @@
 //	                big-endian int64; absent when unknown (imported)
 //	updates      -> updates since the last full rebuild, big-endian
 //	                int64; absent for 0
+//	topic_id     -> the topic's ID (KIP-516) when the positions were
+//	                read: 16 bytes, the UUID's most significant 8 first;
+//	                absent when unknown (a broker without topic IDs, an
+//	                import, a checkpoint saved before it existed)
 //	partitions/  -> 4-byte big-endian partition number ->
 //	                32 bytes: Low, Start, High, End, each a big-endian int64
 //
 // Keys sort by partition number for the partitions that exist (>= 0).
+//
+// topic_id was added without a format version bump: a build that does not
+// know it ignores it, and its update, which rewrites the checkpoint, drops
+// it; the next publish by a build that knows it records it again.
 //
 // # Caveats
 //

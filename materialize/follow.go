@@ -27,6 +27,11 @@ import (
 // most, before they are applied while records keep coming.
 const DefaultFollowInterval = 200 * time.Millisecond
 
+// DefaultFollowCheck is FollowOptions.CheckInterval's default: while a
+// table follows, its topic's configuration is read again, and the
+// checkpoint's age compared with delete.retention.ms, every five minutes.
+const DefaultFollowCheck = replay.DefaultConfigRefresh
+
 // followMaxRecords bounds the records applied in one transaction: the
 // batches waiting when the last transaction committed are applied
 // together, up to this many.
@@ -68,6 +73,11 @@ type FollowOptions struct {
 	// replay.DefaultFollowMaxBytes (64 MiB). Memory: about this much is
 	// held while reading, and about this much more is in flight.
 	MaxApplyBytes int64
+	// CheckInterval is how often, while following, the topic's
+	// configuration is read again (cleanup.policy and delete.retention.ms
+	// can change) and the continuation check's retention rule applied to
+	// the checkpoint's capture time. Default DefaultFollowCheck.
+	CheckInterval time.Duration
 	// Status, if set, is kept up to date: positions applied, live marks,
 	// apply counters.
 	Status *FollowStatus
@@ -90,6 +100,18 @@ type FollowOptions struct {
 // it committed (see replay.FollowConfig's "Where a batch ends"). Nothing
 // is promised across partitions: each partition's cut is its own.
 //
+// Every continuation passes Update's continuation check (checkContinues):
+// at the start, before anything is read, the checkpoint is refused (a
+// *StaleCheckpointError, ErrStaleCheckpoint) when the topic was recreated
+// (its topic ID changed), records it has not read were deleted, or the
+// topic is compacted and the checkpoint older than delete.retention.ms (or
+// of unknown age: an import). While it runs, the topic ID is compared at
+// every Refresh, and every CheckInterval the configuration is read again
+// and the checkpoint's capture time (which moves only when the follower
+// has caught up with live marks) compared with the retention: a follower
+// that stayed behind longer than that stops the same way. A retried
+// Follow (after a retriable error) checks again at its start.
+//
 // It returns nil when ctx ends, and otherwise the first error: a conflict or
 // a bad record the fold refuses (the batch is not applied), records deleted
 // below the checkpoint (replay.ErrRecordsRemoved), a rebuild that published
@@ -108,6 +130,9 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 	if opts.MaxApplyBytes <= 0 {
 		opts.MaxApplyBytes = replay.DefaultFollowMaxBytes
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = DefaultFollowCheck
 	}
 	var meta store.TableMeta
 	var cp checkpoint.Checkpoint
@@ -162,9 +187,19 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if rc.StallTimeout <= 0 {
 		rc.StallTimeout = spec.StallTimeout
 	}
-	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh, MaxBytes: opts.MaxApplyBytes}
+	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
+	rc.Check = a.checkStart
+	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh, ConfigRefresh: opts.CheckInterval, MaxBytes: opts.MaxApplyBytes}
+	// checkc asks the apply loop to run the running check: the refresh
+	// read the configuration again, or saw another topic ID.
+	checkc := make(chan struct{}, 1)
 	fc.Live = func(m replay.LiveMarks) {
-		a.noteLive(m)
+		if a.noteLive(m) {
+			select {
+			case checkc <- struct{}{}:
+			default: // one is pending
+			}
+		}
 		if opts.Status != nil {
 			opts.Status.live(m)
 		}
@@ -231,6 +266,12 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 				<-done
 				return err
 			}
+		case <-checkc:
+			if err := a.checkRunning(); err != nil {
+				cancel()
+				<-done
+				return err
+			}
 		case <-ctx.Done():
 			cancel()
 			<-done
@@ -278,11 +319,25 @@ type applier struct {
 	dec   *decode.Decoder // nil for raw keys and values
 	log   zerolog.Logger
 
-	// live is the last successful refresh of the live marks (from the
-	// reader's refresh goroutine), for the checkpoint's capture time.
+	// Written by the reader's goroutines (Check at the start, the refresh
+	// goroutine's Live), read by the apply loop; guarded by liveMu.
 	liveMu sync.Mutex
-	live   replay.LiveMarks
+	// live holds the recent successful refreshes of the live marks,
+	// oldest first (at most liveKept), for the checkpoint's capture time.
+	live []replay.LiveMarks
+	// topicID is the topic's ID at the follower's start (zero: unknown),
+	// recorded in the checkpoint at the next apply; liveID is the last
+	// refresh's (zero: unknown).
+	topicID, liveID replay.TopicID
+	// config is the topic's configuration as last read (at the start, then
+	// every CheckInterval).
+	config *replay.TopicConfig
 }
+
+// liveKept bounds the live marks the applier keeps: at one refresh a
+// second, a follower more than a minute behind claims an older capture
+// time than it could, never a newer one.
+const liveKept = 64
 
 // endsOf is cp's position per partition.
 func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
@@ -293,43 +348,122 @@ func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
 	return out
 }
 
-// noteLive keeps m if the refresh succeeded.
-func (a *applier) noteLive(m replay.LiveMarks) {
-	if m.Error != nil {
-		return
+// checkStart is the follower's replay.Config.Check: the continuation
+// check of the checkpoint the follower starts from, against the marks,
+// topic ID and configuration captured at its start. A configuration that
+// could not be read for an outage is returned as that (retriable: the
+// follower starts again); one denied is a stale checkpoint, as for an
+// update.
+func (a *applier) checkStart(plan replay.Plan) error {
+	if tc := plan.TopicConfig; tc != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err) {
+		return fmt.Errorf("read the topic's configuration: %w", tc.Err)
+	}
+	if err := checkContinues(OpFollow, a.table, a.cp, plan, time.Now()); err != nil {
+		return err
 	}
 	a.liveMu.Lock()
-	a.live = m
+	a.topicID, a.config = plan.TopicID, plan.TopicConfig
 	a.liveMu.Unlock()
+	return nil
+}
+
+// noteLive keeps what refresh m learnt: its marks if they were read, the
+// topic ID, the configuration if it was read again. It reports whether the
+// running check should run: the configuration was read, or the topic ID is
+// not the one at the start.
+func (a *applier) noteLive(m replay.LiveMarks) bool {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	if m.Error == nil {
+		a.live = append(a.live, m)
+		if len(a.live) > liveKept {
+			a.live = slices.Delete(a.live, 0, len(a.live)-liveKept)
+		}
+	}
+	if !m.TopicID.IsZero() {
+		a.liveID = m.TopicID
+	}
+	if m.TopicConfig != nil {
+		a.config = m.TopicConfig
+	}
+	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID)
+}
+
+// checkRunning is the continuation check while following: the topic ID
+// the last refresh saw against the checkpoint's (or the start's), and the
+// retention rule against the capture time the positions applied can
+// claim, with the configuration as last read. A configuration that could
+// not be read this time for an outage keeps following (the next read
+// decides). A capture time that moved on is saved, so that a quiet,
+// caught-up table's checkpoint does not age.
+func (a *applier) checkRunning() error {
+	a.liveMu.Lock()
+	known := recordedID(a.cp.TopicID, a.topicID)
+	liveID, tc := a.liveID, a.config
+	a.liveMu.Unlock()
+	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.opts.Spec.Topic, liveID); err != nil {
+		return err
+	}
+	if tc == nil {
+		return nil
+	}
+	if tc.Err != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err) {
+		a.log.Warn().Err(tc.Err).Msg("follow: the topic's configuration could not be read again; checking at the next read")
+		return nil
+	}
+	captured := a.capturedAt(a.cp.CapturedAt, endsOf(a.cp))
+	if err := checkRetention(OpFollow, a.table, a.opts.Spec.Topic, captured, tc, time.Now()); err != nil {
+		return err
+	}
+	if captured.After(a.cp.CapturedAt) {
+		return a.apply([]replay.FollowBatch{{Positions: endsOf(a.cp)}})
+	}
+	return nil
 }
 
 // capturedAt is the capture time a checkpoint at positions can claim: the
-// time the live marks were asked for, if every followed partition's
-// position has reached the high watermark those marks saw (every record at
-// or after a position was then written after that time, as for a rebuild's
-// end marks); otherwise prev. The time of the apply would claim too much
-// for a follower behind: a record it has not read may be older than the
-// apply, and an update's tombstone-retention rule (delete.retention.ms)
-// counts from the capture time.
+// time the newest live marks were asked for whose high watermarks every
+// followed partition's position has reached (every record at or after a
+// position was then written after that time, as for a rebuild's end
+// marks); prev when there are none newer. The time of the apply would
+// claim too much for a follower behind: a record it has not read may be
+// older than the apply, and the tombstone-retention rule
+// (delete.retention.ms) counts from the capture time. Marks older than the
+// ones chosen are dropped.
 func (a *applier) capturedAt(prev time.Time, positions map[int32]int64) time.Time {
 	a.liveMu.Lock()
-	live := a.live
-	a.liveMu.Unlock()
-	if live.At.IsZero() || !live.At.After(prev) || len(positions) == 0 {
+	defer a.liveMu.Unlock()
+	if len(positions) == 0 {
 		return prev
 	}
+	for i := len(a.live) - 1; i >= 0; i-- {
+		live := a.live[i]
+		if !live.At.After(prev) {
+			return prev
+		}
+		if reached(live, positions) {
+			a.live = slices.Delete(a.live, 0, i)
+			return live.At.UTC()
+		}
+	}
+	return prev
+}
+
+// reached reports whether positions cover exactly live's partitions, each
+// at or past its high watermark then.
+func reached(live replay.LiveMarks, positions map[int32]int64) bool {
 	for p, pos := range positions {
 		high, ok := live.High[p]
 		if !ok || pos < high {
-			return prev
+			return false
 		}
 	}
 	for p := range live.High {
 		if _, ok := positions[p]; !ok {
-			return prev // a partition the follower does not read yet
+			return false // a partition the follower does not read yet
 		}
 	}
-	return live.At.UTC()
+	return true
 }
 
 // apply folds batches into the published generation in one transaction,
@@ -362,6 +496,11 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	}
 	cp := followCheckpoint(a.cp, last.Positions, lows)
 	cp.CapturedAt = a.capturedAt(a.cp.CapturedAt, endsOf(cp))
+	a.liveMu.Lock()
+	// A checkpoint without a topic ID (saved by a build without them) gets
+	// the one the follower started with.
+	cp.TopicID = recordedID(cp.TopicID, a.topicID)
+	a.liveMu.Unlock()
 	f, err := a.spec.NewFolder()
 	if err != nil {
 		return err
@@ -659,6 +798,14 @@ func (p *PartitionStatus) update() {
 // returns res with the plan's ends moved there: partitions the rebuild did
 // not capture (added since) are read from their low. A position at or
 // below the rebuild's end reads nothing (the rebuild is ahead there).
+//
+// The read continues the rebuild's own end positions, so it passes the
+// continuation check (checkContinues, as OpCatchUp) with those positions,
+// the rebuild's topic ID and capture time: a topic recreated during the
+// rebuild, records deleted above the rebuild's end before the catch-up
+// read them (a start below the retained low is refused, never clamped to
+// it), or a compacted topic's delete.retention.ms passed since the capture
+// fail it with a *StaleCheckpointError, and nothing is published.
 func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.Sink) (replay.Result, error) {
 	targets, err := opts.CatchUp(ctx)
 	if err != nil {
@@ -685,6 +832,12 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 	c.Start = replay.Start{Offsets: start}
 	c.Stop = until
 	c.Progress = nil
+	from := checkpoint.Checkpoint{Topic: res.Plan.Topic, CapturedAt: res.Plan.CapturedAt, TopicID: res.Plan.TopicID}
+	for p, off := range start {
+		from.Partitions = append(from.Partitions, checkpoint.Partition{Partition: p, High: off, End: off})
+	}
+	c.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
+	c.Check = func(plan replay.Plan) error { return checkContinues(OpCatchUp, opts.Table, from, plan, time.Now()) }
 	more, err := replay.Run(ctx, c, sink)
 	if err != nil {
 		return res, fmt.Errorf("catch up with the follower: %w", err)
@@ -719,11 +872,12 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 // rebuild, so that following is worth retrying: Kafka unavailable, a
 // client error, a rebuild that published another generation meanwhile,
 // another writer that moved the checkpoint (ErrCheckpointMoved).
-// Records deleted below the checkpoint, a conflict or a bad record, a
-// deleted topic or a definition that no longer matches the table are not:
-// they need a rebuild (or an operator).
+// A stale checkpoint (ErrStaleCheckpoint: the topic recreated, records
+// deleted below the checkpoint, tombstones possibly compacted away), a
+// conflict or a bad record, a deleted topic or a definition that no longer
+// matches the table are not: they need a rebuild (or an operator).
 func FollowRetriable(err error) bool {
-	if errors.Is(err, replay.ErrRecordsRemoved) || errors.Is(err, replay.ErrTopicNotFound) || errors.Is(err, replay.ErrBadStart) {
+	if errors.Is(err, ErrStaleCheckpoint) || errors.Is(err, replay.ErrRecordsRemoved) || errors.Is(err, replay.ErrTopicNotFound) || errors.Is(err, replay.ErrBadStart) {
 		return false
 	}
 	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged) ||

@@ -41,6 +41,8 @@ type followRig struct {
 	spec   materialize.Spec
 	log    zerolog.Logger
 	status *materialize.FollowStatus
+	// checkInterval is the follower's CheckInterval (0: the default).
+	checkInterval time.Duration
 	// produced is every record written, with its offset and whether it
 	// is committed; the oracle folds it.
 	mu       sync.Mutex
@@ -110,7 +112,7 @@ func (r *followRig) follow() {
 		r.done <- materialize.Follow(ctx, materialize.FollowOptions{
 			DB: r.db, Spec: r.spec, Status: r.status, Log: r.log,
 			Replay:   replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second},
-			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond,
+			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond, CheckInterval: r.checkInterval,
 		})
 	}()
 	r.t.Cleanup(func() { r.stop() })
@@ -540,7 +542,7 @@ func TestFollowCheckpointBelowLow(t *testing.T) {
 	if !errors.Is(err, replay.ErrRecordsRemoved) || !errors.Is(err, replay.ErrCheckpointBelowLow) {
 		t.Fatalf("follower: %v, want ErrRecordsRemoved and ErrCheckpointBelowLow", err)
 	}
-	for _, s := range []string{"partition 1", fmt.Sprintf("at %d", cp[1]), fmt.Sprintf("low %d", low)} {
+	for _, s := range []string{"partition 1", fmt.Sprintf("checkpoint %d", cp[1]), fmt.Sprintf("low %d", low)} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not say %q", err, s)
 		}

@@ -41,3 +41,25 @@ func TestFollowCapturedAt(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowCapturedAtBehindMarks: a follower that keeps up with a busy
+// topic is never at the newest marks' high watermarks, but it passed an
+// older refresh's: its checkpoint claims that refresh's time, not the
+// newest's (records between are unread) and not the previous capture
+// time (which would age past delete.retention.ms while it keeps up).
+func TestFollowCapturedAtBehindMarks(t *testing.T) {
+	prev := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	a := &applier{}
+	for i, high := range []int64{10, 20, 30} {
+		a.noteLive(replay.LiveMarks{At: prev.Add(time.Duration(i+1) * time.Second), High: map[int32]int64{0: high}})
+	}
+	if got, want := a.capturedAt(prev, map[int32]int64{0: 25}), prev.Add(2*time.Second); !got.Equal(want) {
+		t.Fatalf("at 25 of marks 10, 20, 30: capturedAt %s, want the second refresh's %s", got, want)
+	}
+	if got := a.capturedAt(prev, map[int32]int64{0: 5}); !got.Equal(prev) {
+		t.Fatalf("behind every refresh: capturedAt %s, want the previous %s", got, prev)
+	}
+	if got, want := a.capturedAt(prev, map[int32]int64{0: 30}), prev.Add(3*time.Second); !got.Equal(want) {
+		t.Fatalf("at the newest: capturedAt %s, want %s", got, want)
+	}
+}

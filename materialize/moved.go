@@ -95,7 +95,7 @@ func saveCheckpointFrom(tx *bolt.Tx, table, writer string, from, next checkpoint
 
 // sameCheckpoint reports whether a and b record the same positions.
 func sameCheckpoint(a, b checkpoint.Checkpoint) bool {
-	if a.Topic != b.Topic || a.EndMark != b.EndMark || !a.CapturedAt.Equal(b.CapturedAt) || a.Updates != b.Updates ||
+	if a.Topic != b.Topic || a.TopicID != b.TopicID || a.EndMark != b.EndMark || !a.CapturedAt.Equal(b.CapturedAt) || a.Updates != b.Updates ||
 		len(a.Partitions) != len(b.Partitions) {
 		return false
 	}

@@ -252,7 +252,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if meta.Spec, err = encodeSpec(opts); err != nil {
 		return Report{Replay: res}, err
 	}
-	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt}
+	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt, TopicID: res.Plan.TopicID}
 	for _, p := range res.Plan.Partitions {
 		cp.Partitions = append(cp.Partitions, checkpoint.Partition{
 			Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.End, End: p.End,

@@ -33,6 +33,9 @@ func TestCheckContinues(t *testing.T) {
 		return map[string]string{"cleanup.policy": "compact,delete", "delete.retention.ms": ms}
 	}
 	hour := "3600000"
+	idA, idB := [16]byte{1}, [16]byte{2}
+	withID := func(cp checkpoint.Checkpoint, id [16]byte) checkpoint.Checkpoint { cp.TopicID = id; return cp }
+	planID := func(p replay.Plan, id [16]byte) replay.Plan { p.TopicID = id; return p }
 	for _, tc := range []struct {
 		name string
 		cp   checkpoint.Checkpoint
@@ -53,9 +56,17 @@ func TestCheckContinues(t *testing.T) {
 		{"compacted, retention unreadable", cp, plan(0, 60, map[string]string{"cleanup.policy": "compact"}, nil), captured, "cannot be read"},
 		{"config denied", cp, plan(0, 60, nil, errors.New("TOPIC_AUTHORIZATION_FAILED")), captured, "DescribeConfigs ACL"},
 		{"policy missing", cp, plan(0, 60, map[string]string{}, nil), captured, "did not answer cleanup.policy"},
+		{"topic ID the same", withID(cp, idA), planID(plan(0, 60, deleteCfg, nil), idA), captured, ""},
+		{"topic ID unknown in the checkpoint", cp, planID(plan(0, 60, deleteCfg, nil), idB), captured, ""},
+		{"topic ID unknown in metadata", withID(cp, idA), plan(0, 60, deleteCfg, nil), captured, ""},
+		{"topic recreated", withID(cp, idA), planID(plan(0, 60, deleteCfg, nil), idB), captured,
+			"topic t was recreated: id AQAAAAAAAAAAAAAAAAAAAA, now AgAAAAAAAAAAAAAAAAAAAA"},
+		// The ID is checked first: a recreated topic is named as such even
+		// when its partitions also no longer fit.
+		{"topic recreated and shorter", withID(cp, idA), planID(plan(0, 40, deleteCfg, nil), idB), captured, "was recreated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkContinues("tb", tc.cp, tc.plan, tc.now)
+			err := checkContinues(OpUpdate, "tb", tc.cp, tc.plan, tc.now)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -195,7 +195,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	var retention time.Duration // the compacted topic's delete.retention.ms; 0 when not compacted
 	rc.Check = func(plan replay.Plan) error {
 		retention = compactedRetention(plan)
-		return checkContinues(o.Table, cp, plan, o.Now())
+		return checkContinues(OpUpdate, o.Table, cp, plan, o.Now())
 	}
 
 	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
@@ -283,7 +283,8 @@ func nextCheckpoint(cp checkpoint.Checkpoint, plan replay.Plan) checkpoint.Check
 	for _, p := range cp.Partitions {
 		old[p.Partition] = p
 	}
-	next := checkpoint.Checkpoint{Topic: cp.Topic, EndMark: string(plan.End), CapturedAt: plan.CapturedAt, Updates: cp.Updates + 1}
+	next := checkpoint.Checkpoint{Topic: cp.Topic, EndMark: string(plan.End), CapturedAt: plan.CapturedAt, Updates: cp.Updates + 1,
+		TopicID: recordedID(cp.TopicID, plan.TopicID)}
 	for _, p := range plan.Partitions {
 		start := p.Start
 		if o, ok := old[p.Partition]; ok {
@@ -294,6 +295,16 @@ func nextCheckpoint(cp checkpoint.Checkpoint, plan replay.Plan) checkpoint.Check
 		})
 	}
 	return next
+}
+
+// recordedID is the topic ID a checkpoint saved after reading a plan
+// records: the plan's, or, when the broker reported none (zero: unknown),
+// the one the checkpoint had. checkTopicID has refused a different one.
+func recordedID(had [16]byte, now replay.TopicID) [16]byte {
+	if now.IsZero() {
+		return had
+	}
+	return now
 }
 
 // statsOf is the fold counters a published table records.

@@ -92,6 +92,11 @@ func classify(err error) error {
 	return ErrKafka
 }
 
+// NotAuthorized reports whether err is (or wraps) an authentication or
+// authorization failure: classified ErrUnavailable like an outage, but it
+// does not pass by waiting.
+func NotAuthorized(err error) bool { return notAuthorized(err) }
+
 // notAuthorized reports whether err is an authentication or authorization
 // failure.
 func notAuthorized(err error) bool {

@@ -103,8 +103,9 @@ type Config struct {
 	// Check, if set, is called once the partitions and their marks are
 	// captured (Plan.Start not yet resolved, End set from the end mark) and
 	// before any record is read: an error from it ends the replay and is
-	// returned as is. An incremental update refuses there a checkpoint the
-	// topic no longer fits.
+	// returned as is. An incremental update, a follower (FollowConfig) and
+	// a rebuild's catch-up refuse there a checkpoint the topic no longer
+	// fits.
 	Check func(Plan) error
 }
 

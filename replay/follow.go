@@ -66,6 +66,10 @@ var ErrCheckpointBelowLow = errors.New("checkpoint below the retained low")
 // for a stable offset, and more when they then go together (at most about
 // MaxBytes of them). End and Start are not used: From says where each
 // partition starts and nothing ends.
+// TopicConfigs and Check mean what they mean for Run, at the follower's
+// start (Check sees the captured marks, the topic ID and the topic
+// configuration before any partition is assigned); TopicConfigs are read
+// again every ConfigRefresh and handed to Live.
 type FollowConfig struct {
 	Config
 	// From maps a partition to its first offset to read (a checkpoint's
@@ -80,8 +84,14 @@ type FollowConfig struct {
 	// Default 200ms.
 	Interval time.Duration
 	// Refresh is how often the live marks (retained low, high watermark,
-	// last stable offset) and the partition set are asked for. Default 1s.
+	// last stable offset), the partition set and the topic ID are asked
+	// for. Default 1s.
 	Refresh time.Duration
+	// ConfigRefresh is how often TopicConfigs are read again
+	// (DescribeConfigs) by the refresh goroutine, since a topic's
+	// configuration can change while it is followed. Default
+	// DefaultConfigRefresh; not used without TopicConfigs.
+	ConfigRefresh time.Duration
 	// Live, if set, is called from the follower's refresh goroutine with
 	// the marks of every followed partition.
 	Live func(LiveMarks)
@@ -105,7 +115,19 @@ type LiveMarks struct {
 	High  map[int32]int64 // high watermark (read_uncommitted)
 	LSO   map[int32]int64 // last stable offset (read_committed)
 	Error error           // the refresh failed; Low, High and LSO are nil
+	// TopicID is the topic's ID as this refresh's metadata reported it
+	// (zero when unknown or when the metadata request failed). A change
+	// from Plan.TopicID at the start means the topic was deleted and
+	// created again: the positions followed are of another log.
+	TopicID TopicID
+	// TopicConfig is DescribeConfigs' answer for Config.TopicConfigs when
+	// this refresh read them again (every ConfigRefresh), nil otherwise.
+	TopicConfig *TopicConfig
 }
+
+// DefaultConfigRefresh is FollowConfig.ConfigRefresh's default: a topic's
+// configuration (delete.retention.ms) is read again every five minutes.
+const DefaultConfigRefresh = 5 * time.Minute
 
 // FollowBatch is what a follower hands its sink: records in offset order
 // within each partition, and the position (the next offset to read) of
@@ -139,10 +161,10 @@ type FollowBatch struct {
 type FollowSink func(FollowBatch) error
 
 // Follow reads c.Topic from c.From until ctx ends (then it returns nil) or
-// an error: a sink error, records deleted under a position
-// (ErrRecordsRemoved), the topic deleted, a fatal client error. Transient
-// broker errors are retried by the client for as long as they last; the
-// live marks say how far behind the follower is meanwhile.
+// an error: Check's refusal at the start, a sink error, records deleted
+// under a position (ErrRecordsRemoved), the topic deleted, a fatal client
+// error. Transient broker errors are retried by the client for as long as
+// they last; the live marks say how far behind the follower is meanwhile.
 func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	base := c.Config.withDefaults()
 	c.Config = base
@@ -155,6 +177,9 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = DefaultFollowMaxBytes
 	}
+	if c.ConfigRefresh <= 0 {
+		c.ConfigRefresh = DefaultConfigRefresh
+	}
 	cl, err := newClients(c.Config)
 	if err != nil {
 		return err
@@ -163,6 +188,13 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	plan, err := capture(ctx, cl, c.Config)
 	if err != nil {
 		return err
+	}
+	if c.Check != nil {
+		// Before anything is assigned: a checkpoint the topic no longer
+		// continues is refused before a record is read.
+		if err := c.Check(plan); err != nil {
+			return err
+		}
 	}
 	f := &follower{c: c, cl: cl, parts: map[int32]*followPart{}, added: make(chan []PartitionBounds, 1)}
 	if err := f.assign(plan); err != nil {
@@ -328,9 +360,15 @@ func (f *follower) refresh(ctx context.Context) {
 	t := time.NewTicker(f.c.Refresh)
 	defer t.Stop()
 	timeout := min(f.c.StallTimeout, 5*time.Second)
+	// The configuration was read by capture at the start.
+	configRead := time.Now()
 	for {
-		parts, err := describe(ctx, f.cl.admin, f.c.Topic, timeout)
-		marks := LiveMarks{At: time.Now()}
+		parts, id, err := describeTopic(ctx, f.cl.admin, f.c.Topic, timeout)
+		marks := LiveMarks{At: time.Now(), TopicID: id}
+		if len(f.c.TopicConfigs) > 0 && time.Since(configRead) >= f.c.ConfigRefresh {
+			marks.TopicConfig = describeTopicConfig(ctx, f.cl.admin, f.c.Topic, f.c.TopicConfigs, timeout)
+			configRead = time.Now()
+		}
 		if err == nil {
 			plan := Plan{Topic: f.c.Topic, Partitions: parts}
 			var lows, highs map[int32]int64

@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -37,6 +39,40 @@ type Plan struct {
 	// TopicConfig is DescribeConfigs' answer for Config.TopicConfigs; nil
 	// when none were asked for.
 	TopicConfig *TopicConfig
+	// TopicID is the topic's ID (KIP-516) as metadata reported it; zero
+	// when the broker reports none.
+	TopicID TopicID
+}
+
+// TopicID is a topic's ID (KIP-516): a UUID that changes when a topic is
+// deleted and created again under the same name. The zero ID is unknown (a
+// broker or protocol without topic IDs) and matches any.
+type TopicID [16]byte
+
+// IsZero reports whether the ID is unknown.
+func (id TopicID) IsZero() bool { return id == TopicID{} }
+
+// String is the ID as Kafka's tools show it: URL-safe base64 without
+// padding (kafka-topics.sh --describe), "unknown" for the zero ID.
+func (id TopicID) String() string {
+	if id.IsZero() {
+		return "unknown"
+	}
+	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+// Differs reports whether id and other are both known and not the same
+// topic.
+func (id TopicID) Differs(other TopicID) bool {
+	return !id.IsZero() && !other.IsZero() && id != other
+}
+
+// topicIDOf converts the client's UUID, most significant bits first.
+func topicIDOf(u kafka.UUID) TopicID {
+	var id TopicID
+	binary.BigEndian.PutUint64(id[:8], uint64(u.GetMostSignificantBits()))
+	binary.BigEndian.PutUint64(id[8:], uint64(u.GetLeastSignificantBits()))
+	return id
 }
 
 // capture discovers the partitions and captures their marks, without
@@ -77,8 +113,8 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) (Plan, error) {
 	plan := Plan{Topic: topic}
 	err := retry(ctx, "metadata", topic, timeout, func(ctx context.Context, t time.Duration) error {
-		parts, err := describe(ctx, admin, topic, t)
-		plan.Partitions = parts
+		parts, id, err := describeTopic(ctx, admin, topic, t)
+		plan.Partitions, plan.TopicID = parts, id
 		return err
 	})
 	if err != nil {
@@ -118,19 +154,28 @@ func Marks(ctx context.Context, admin *kafka.AdminClient, topic string, timeout 
 // partition whose leader is missing (an election, a broker restarting) is a
 // retriable LEADER_NOT_AVAILABLE.
 func describe(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) ([]PartitionBounds, error) {
+	parts, _, err := describeTopic(ctx, admin, topic, timeout)
+	return parts, err
+}
+
+// describeTopic is describe that also returns the topic's ID (zero when the
+// broker reports none).
+func describeTopic(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) ([]PartitionBounds, TopicID, error) {
+	var id TopicID
 	res, err := admin.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}),
 		kafka.SetAdminRequestTimeout(timeout))
 	if err != nil {
-		return nil, wrapErr("metadata", topic, -1, -1, err)
+		return nil, id, wrapErr("metadata", topic, -1, -1, err)
 	}
 	if len(res.TopicDescriptions) != 1 {
-		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrKafka,
+		return nil, id, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrKafka,
 			Detail: fmt.Sprintf("metadata answered %d topics for one asked", len(res.TopicDescriptions))}
 	}
 	td := res.TopicDescriptions[0]
 	if td.Error.Code() != kafka.ErrNoError {
-		return nil, wrapErr("metadata", topic, -1, -1, td.Error)
+		return nil, id, wrapErr("metadata", topic, -1, -1, td.Error)
 	}
+	id = topicIDOf(td.TopicID)
 	var parts []PartitionBounds
 	for _, p := range td.Partitions {
 		leader := int32(-1)
@@ -141,18 +186,18 @@ func describe(ctx context.Context, admin *kafka.AdminClient, topic string, timeo
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].Partition < parts[j].Partition })
 	if len(parts) == 0 {
-		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
+		return nil, id, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound,
 			Detail: fmt.Sprintf("topic %q has no partitions", topic)}
 	}
 	for _, p := range parts {
 		if p.Leader < 0 {
 			// The partitions are returned with the error: the set is
 			// known even while a leader is missing.
-			return parts, &Error{Op: "metadata", Topic: topic, Partition: p.Partition, Offset: -1, Kind: ErrUnavailable,
+			return parts, id, &Error{Op: "metadata", Topic: topic, Partition: p.Partition, Offset: -1, Kind: ErrUnavailable,
 				Detail: fmt.Sprintf("partition %d has no leader", p.Partition), Err: errNoLeader}
 		}
 	}
-	return parts, nil
+	return parts, id, nil
 }
 
 // LSOs asks for each partition's current last stable offset, once (no

@@ -53,8 +53,11 @@ type Follow struct {
 	// 0 means DefaultMaxLag.
 	MaxLag int64
 	// RebuildIfNeeded starts a rebuild when following fails in a way only
-	// a rebuild can mend (records deleted below the checkpoint, a
-	// conflict, a bad record): the old table stays served meanwhile.
+	// a rebuild can mend (a stale checkpoint: the topic recreated,
+	// records deleted below the checkpoint, a compacted topic past
+	// delete.retention.ms; a conflict, a bad record): the old table stays
+	// served meanwhile. If the rebuilt table's follower is refused at its
+	// start again, the table stays failed (no rebuild loop).
 	RebuildIfNeeded bool
 	// Retriable reports whether Run's error may pass by itself (Kafka
 	// unavailable): following is then retried with a backoff. Default:
@@ -76,6 +79,13 @@ type followState struct {
 	paused bool
 	err    error // why following stopped or is being retried; nil while it works
 	errAt  time.Time
+	// autoRun is the run rebuild_if_needed last started (0: none). If it
+	// is still the table's last run and following then fails again at its
+	// start (before its first refresh of the live marks: the new
+	// checkpoint is refused too, e.g. a delete.retention.ms shorter than a
+	// rebuild, or DescribeConfigs denied), the table stays failed instead
+	// of rebuilding in a loop.
+	autoRun uint64
 }
 
 // followOf returns table's follower state, creating it. Call with s.mu held.
@@ -180,11 +190,26 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		}
 		log.Error().Err(err).Int("exit_code", s.cfg.ExitCode(err)).
 			Msg("following stopped; the table stays served as last applied")
+		// The follower got past its start check once it read live marks.
+		started := !fs.status.Snapshot().LiveAt.IsZero()
 		s.mu.Lock()
 		fs.running = false
+		last := s.state(table).last
+		again := !started && fs.autoRun != 0 && last != nil && last.ID == fs.autoRun
 		s.mu.Unlock()
+		if def.Follow.RebuildIfNeeded && again {
+			log.Error().Uint64("run", fs.autoRun).
+				Msg("rebuild_if_needed: following failed at its start again, right after the rebuild it ran; not rebuilding in a loop (fix the cause, then rebuild the table)")
+			return
+		}
 		if def.Follow.RebuildIfNeeded {
-			if _, rerr := s.startRun(table, triggerFollow); rerr != nil && !errors.Is(rerr, errRunning) {
+			r, rerr := s.startRun(table, triggerFollow)
+			if r != nil {
+				s.mu.Lock()
+				fs.autoRun = r.id
+				s.mu.Unlock()
+			}
+			if rerr != nil && !errors.Is(rerr, errRunning) {
 				log.Warn().Err(rerr).Msg("rebuild_if_needed: rebuild not started")
 			} else {
 				log.Info().Msg("rebuild_if_needed: rebuilding the table in the background; the old one stays served")
