@@ -355,7 +355,7 @@ func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
 // follower starts again); one denied is a stale checkpoint, as for an
 // update.
 func (a *applier) checkStart(plan replay.Plan) error {
-	if tc := plan.TopicConfig; tc != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err) {
+	if tc := plan.TopicConfig; configOutage(tc) {
 		return fmt.Errorf("read the topic's configuration: %w", tc.Err)
 	}
 	if err := checkContinues(OpFollow, a.table, a.cp, plan, time.Now()); err != nil {
@@ -365,6 +365,14 @@ func (a *applier) checkStart(plan replay.Plan) error {
 	a.topicID, a.config = plan.TopicID, plan.TopicConfig
 	a.liveMu.Unlock()
 	return nil
+}
+
+// configOutage reports whether tc could not be read for an outage (the
+// brokers unavailable, a timeout), which may pass, as opposed to a denial
+// (no DescribeConfigs ACL), which checkRetention refuses as a stale
+// checkpoint. nil (not asked) is no outage.
+func configOutage(tc *replay.TopicConfig) bool {
+	return tc != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err)
 }
 
 // noteLive keeps what refresh m learnt: its marks if they were read, the
@@ -401,18 +409,18 @@ func (a *applier) checkRunning() error {
 	known := recordedID(a.cp.TopicID, a.topicID)
 	liveID, tc := a.liveID, a.config
 	a.liveMu.Unlock()
-	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.opts.Spec.Topic, liveID); err != nil {
+	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, liveID); err != nil {
 		return err
 	}
 	if tc == nil {
 		return nil
 	}
-	if tc.Err != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err) {
+	if configOutage(tc) {
 		a.log.Warn().Err(tc.Err).Msg("follow: the topic's configuration could not be read again; checking at the next read")
 		return nil
 	}
 	captured := a.capturedAt(a.cp.CapturedAt, endsOf(a.cp))
-	if err := checkRetention(OpFollow, a.table, a.opts.Spec.Topic, captured, tc, time.Now()); err != nil {
+	if err := checkRetention(OpFollow, a.table, a.spec.Topic, captured, tc, time.Now()); err != nil {
 		return err
 	}
 	if captured.After(a.cp.CapturedAt) {

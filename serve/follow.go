@@ -160,16 +160,11 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		s.mu.Lock()
 		fs.err, fs.errAt = err, s.now()
 		s.mu.Unlock()
-		if errors.Is(err, store.ErrGenerationChanged) {
-			log.Info().Err(err).Msg("a rebuild published meanwhile: following the new generation")
-			backoff = time.Second
-			continue
-		}
-		if errors.Is(err, materialize.ErrCheckpointMoved) {
-			// Another writer committed first; this follower's batch was
-			// not applied. Its records are read again from the stored
-			// checkpoint.
-			log.Info().Err(err).Msg("the checkpoint moved under the follower: following again from the stored checkpoint")
+		if errors.Is(err, store.ErrGenerationChanged) || errors.Is(err, materialize.ErrCheckpointMoved) {
+			// A rebuild published another generation, or another writer
+			// committed first (this follower's batch was not applied):
+			// follow again, at once, from the stored checkpoint.
+			log.Info().Err(err).Msg("the table changed under the follower: following again from the stored checkpoint")
 			backoff = time.Second
 			continue
 		}
