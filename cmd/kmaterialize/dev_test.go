@@ -392,3 +392,70 @@ func checkDevRecords(t *testing.T, what string, want, got []devRecord) {
 		t.Errorf("%s: records (-want +got):\n%s", what, diff)
 	}
 }
+
+// TestDemoNextSteps runs the demo's next steps as it prints them, after the
+// demo has exited: the dev broker (the built binary) with the printed
+// --topic, the printed kcat line (or, without kcat, the same records from
+// confluent-kafka-go), then rebuild, get and update through
+// KMATERIALIZE_BROKERS. The table must hold what the printed records say.
+func TestDemoNextSteps(t *testing.T) {
+	out := mustCLI(t, 0, "demo").stdout
+	_, next, ok := strings.Cut(out, "\nNext steps")
+	if !ok {
+		t.Fatalf("demo printed no next steps:\n%s", out)
+	}
+	var steps []string
+	for _, line := range strings.Split(next, "\n") {
+		if cmdLine, ok := strings.CutPrefix(strings.TrimSpace(line), "$ "); ok {
+			steps = append(steps, cmdLine)
+		}
+	}
+	if len(steps) != 5 {
+		t.Fatalf("want 5 commands in the next steps (broker, kcat, rebuild, get, update), got %q", steps)
+	}
+	brokerArgs, ok := strings.CutPrefix(steps[0], "kmaterialize dev broker ")
+	if !ok {
+		t.Fatalf("first step %q: want the dev broker", steps[0])
+	}
+	_, addr := startDevBroker(t, strings.Fields(brokerArgs)...)
+	t.Setenv("KMATERIALIZE_BROKERS", addr)
+
+	// The oracle: the KEY:VALUE lines of the printed printf.
+	_, rest, ok := strings.Cut(steps[1], "printf '")
+	lines, _, ok2 := strings.Cut(rest, "'")
+	if !ok || !ok2 || !strings.Contains(steps[1], "kcat ") {
+		t.Fatalf("second step %q: want printf '...' | kcat", steps[1])
+	}
+	want := map[string]string{}
+	var recs []devRecord
+	for _, kv := range strings.Split(strings.TrimSuffix(lines, `\n`), `\n`) {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok {
+			t.Fatalf("printf line %q is not KEY:VALUE", kv)
+		}
+		want[k] = v
+		recs = append(recs, devRecord{Key: k, Value: v})
+	}
+	if _, err := exec.LookPath("kcat"); err == nil {
+		sh := exec.Command("sh", "-c", steps[1])
+		if b, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("$ %s: %v\n%s", steps[1], err, b)
+		}
+	} else {
+		t.Log("kcat is not on PATH: the printed records are written with confluent-kafka-go")
+		produceDev(t, addr, map[string][]devRecord{demoTopic: recs})
+	}
+
+	db := dbPath(t)
+	for i, step := range steps[2:] {
+		args := strings.Fields(strings.ReplaceAll(step, "balances.db", db))
+		if args[0] != "kmaterialize" {
+			t.Fatalf("step %d %q is not a kmaterialize command", i+3, step)
+		}
+		r := mustCLI(t, 0, args[1:]...)
+		if args[1] == "get" && r.stdout != want["acct-1"]+"\n" {
+			t.Fatalf("$ %s printed %q, want %q", step, r.stdout, want["acct-1"])
+		}
+	}
+	checkTable(t, want, scanTable(t, db, demoTopic))
+}
