@@ -2,7 +2,7 @@ package config_test
 
 import (
 	"bytes"
-	"encoding/json"
+	"fmt"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -87,13 +87,7 @@ func FuzzExpandRoundTrip(f *testing.F) {
 		if !utf8.ValidString(s) {
 			return // YAML documents are text
 		}
-		quote := func(v string) string {
-			b, err := json.Marshal(strings.ReplaceAll(v, "${", "$${"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(b)
-		}
+		quote := func(v string) string { return yamlQuote(strings.ReplaceAll(v, "${", "$${")) }
 		parse := func(prop, identity string) *config.Config {
 			doc := "db: t.db\nkafka:\n  properties:\n    client.id: " + prop + "\ntables:\n" +
 				"  - {name: a, topic: t, fold: count, identity_field: " + identity + ", group_field: g}\n"
@@ -136,4 +130,27 @@ func FuzzExpandRoundTrip(f *testing.F) {
 			t.Fatalf("%q with ${A} at %d did not parse", s, at)
 		}
 	})
+}
+
+// yamlQuote writes s as a YAML double-quoted scalar: printable ASCII as it
+// is, everything else escaped (YAML forbids raw control characters and DEL
+// in a document).
+func yamlQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r >= 0x20 && r < 0x7f:
+			b.WriteRune(r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			fmt.Fprintf(&b, "\\U%08x", r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
