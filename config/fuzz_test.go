@@ -2,8 +2,8 @@ package config_test
 
 import (
 	"bytes"
-	"fmt"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
