@@ -93,15 +93,17 @@ type Table struct {
 }
 
 // file is the YAML document. Every field of the format is here: the
-// decoder refuses any other (KnownFields).
+// decoder refuses any other (KnownFields). A field tagged expand:"env"
+// expands ${NAME} (expand.go); every other string is literal, where a ${
+// is refused.
 type file struct {
-	DB          string      `yaml:"db"`
-	Socket      string      `yaml:"socket"`
+	DB          string      `yaml:"db" expand:"env"`
+	Socket      string      `yaml:"socket" expand:"env"`
 	SocketMode  string      `yaml:"socket_mode"`
 	SocketGroup string      `yaml:"socket_group"`
 	Listen      string      `yaml:"listen"`
 	AllowRemote bool        `yaml:"allow_remote"`
-	AdminToken  string      `yaml:"admin_token"`
+	AdminToken  string      `yaml:"admin_token" expand:"env"`
 	Kafka       fileKafka   `yaml:"kafka"`
 	Tables      []fileTable `yaml:"tables"`
 
@@ -109,15 +111,15 @@ type file struct {
 }
 
 type fileSchemaRegistry struct {
-	URL         string `yaml:"url"`
-	Username    string `yaml:"username"`
-	Password    string `yaml:"password"`
-	BearerToken string `yaml:"bearer_token"`
+	URL         string `yaml:"url" expand:"env"`
+	Username    string `yaml:"username" expand:"env"`
+	Password    string `yaml:"password" expand:"env"`
+	BearerToken string `yaml:"bearer_token" expand:"env"`
 }
 
 type fileKafka struct {
-	Brokers    string            `yaml:"brokers"`
-	Properties map[string]string `yaml:"properties"`
+	Brokers    string            `yaml:"brokers" expand:"env"`
+	Properties map[string]string `yaml:"properties" expand:"env"`
 }
 
 type fileTable struct {
@@ -130,7 +132,7 @@ type fileTable struct {
 	IdentityField      string   `yaml:"identity_field"`
 	GroupField         string   `yaml:"group_field"`
 	IgnoreFields       []string `yaml:"ignore_fields"`
-	Catalog            string   `yaml:"catalog"`
+	Catalog            string   `yaml:"catalog" expand:"env"`
 	AllowUnknownGroups bool     `yaml:"allow_unknown_groups"`
 	OnBadRecord        string   `yaml:"on_bad_record"`
 	AllowEmpty         bool     `yaml:"allow_empty"`
@@ -144,8 +146,8 @@ type fileTable struct {
 	MaxChange          *string  `yaml:"max_change"`
 }
 
-// Load reads and checks the config file at path, expanding ${NAME} in
-// Kafka properties and the admin token from the process's environment.
+// Load reads and checks the config file at path, expanding ${NAME} from the
+// process's environment in the fields that expand (ExpandingFields).
 // Every problem is an *Error (ErrInvalid).
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -237,6 +239,9 @@ func (p *parser) parse(data []byte) (*Config, error) {
 		}
 		return nil, &Error{Path: p.path, Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
 	}
+	if err := p.literals(&f); err != nil {
+		return nil, err
+	}
 	return p.build(&f)
 }
 
@@ -308,15 +313,29 @@ func (p *parser) resolve(path string) string {
 }
 
 func (p *parser) build(f *file) (*Config, error) {
+	// db, socket and kafka.brokers expand ${NAME} (systemd's
+	// ${STATE_DIRECTORY}, a broker list kept in the environment).
+	var db, socket, brokers string
+	for _, fv := range []struct {
+		key   []string
+		value string
+		dst   *string
+	}{{[]string{"db"}, f.DB, &db}, {[]string{"socket"}, f.Socket, &socket}, {[]string{"kafka", "brokers"}, f.Kafka.Brokers, &brokers}} {
+		v, err := p.expand(fv.value)
+		if err != nil {
+			return nil, p.errorf(p.line(fv.key...), strings.Join(fv.key, "."), "%v", err)
+		}
+		*fv.dst = v
+	}
 	c := &Config{
 		Path:        p.path,
-		DB:          p.resolve(f.DB),
-		Socket:      p.resolve(f.Socket),
+		DB:          p.resolve(db),
+		Socket:      p.resolve(socket),
 		SocketMode:  DefaultSocketMode,
 		SocketGroup: f.SocketGroup,
 		Listen:      f.Listen,
 		AllowRemote: f.AllowRemote,
-		Kafka:       Kafka{Brokers: strings.TrimSpace(f.Kafka.Brokers), Properties: Properties{}},
+		Kafka:       Kafka{Brokers: strings.TrimSpace(brokers), Properties: Properties{}},
 	}
 	if c.Socket == "" && c.DB != "" {
 		c.Socket = c.DB + ".sock"
@@ -386,49 +405,6 @@ func (p *parser) schemaRegistry(f fileSchemaRegistry) (SchemaRegistry, error) {
 		return out, p.errorf(p.line("schema_registry"), "schema_registry", "%v", err)
 	}
 	return out, nil
-}
-
-// envRef is ${NAME}, or $${...}, which stays literal as ${...}.
-var envRef = regexp.MustCompile(`\$?\$\{([^}]*)\}`)
-
-// expand replaces ${NAME} with the environment variable NAME; $${ is a
-// literal ${. An unset variable is an error naming it (never the value
-// around it).
-func (p *parser) expand(s string) (string, error) {
-	var err error
-	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
-		if strings.HasPrefix(ref, "$$") {
-			return ref[1:]
-		}
-		name := ref[2 : len(ref)-1]
-		if !validEnvName(name) {
-			if err == nil {
-				err = fmt.Errorf("${%s}: not a valid environment variable name", name)
-			}
-			return ""
-		}
-		v, ok := p.env(name)
-		if !ok {
-			if err == nil {
-				err = fmt.Errorf("environment variable %s is not set (referenced as ${%s})", name, name)
-			}
-			return ""
-		}
-		return v
-	})
-	return out, err
-}
-
-func validEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		if r != '_' && !(r >= 'A' && r <= 'Z') && !(r >= 'a' && r <= 'z') && !(i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // specFields maps a materialize.Spec field to the table's YAML key.
@@ -524,7 +500,11 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 		if s.Fold != materialize.FoldCount {
 			return t, bad("catalog", "applies to fold count only")
 		}
-		t.Catalog = p.resolve(ft.Catalog)
+		catPath, err := p.expand(ft.Catalog)
+		if err != nil {
+			return t, bad("catalog", "%v", err)
+		}
+		t.Catalog = p.resolve(catPath)
 		data, err := os.ReadFile(t.Catalog)
 		if err != nil {
 			return t, &Error{Path: p.path, Line: at("catalog"), Field: fmt.Sprintf("tables[%d].catalog", i), Msg: err.Error(), Err: err}

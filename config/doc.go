@@ -7,9 +7,18 @@
 // Load reads the whole file and checks it before anything starts: an
 // unknown field, a value of the wrong kind, an unknown fold, a repeated
 // table name, a bad schedule, socket mode or listen address, an unset
-// ${NAME} in a Kafka property, or a catalog that cannot be read is an
-// *Error (ErrInvalid) that names the file and the line. The CLI maps it to
-// exit 2.
+// ${NAME}, a ${ in a field that does not expand, or a catalog that cannot
+// be read is an *Error (ErrInvalid) that names the file and the line. The
+// CLI maps it to exit 2.
+//
+// # ${NAME}
+//
+// ${NAME} is replaced by the environment variable NAME, once, at load, in
+// exactly these fields: ExpandingFields (db, socket, admin_token,
+// kafka.brokers, the kafka.properties values, schema_registry, a table's
+// catalog; tagged expand:"env" on the file format's struct). A ${ in any
+// other field is refused, so that the file never says what it does not do;
+// $${ is a literal ${ in every field. See expand.go.
 //
 // Relative paths (db, socket, catalog) are relative to the directory of the
 // config file, not to the working directory, so a file means the same

@@ -32,7 +32,7 @@ func configFlag() cli.Flag {
 const configHelp = `
 With --config FILE (or KMATERIALIZE_CONFIG=FILE), the file supplies the
 database, the brokers and the librdkafka properties (with ${NAME} taken from
-the environment); rebuild --table NAME also takes the table's topic, fold and
+the environment in db, socket, brokers, properties and catalog); rebuild --table NAME also takes the table's topic, fold and
 options from it, so it builds exactly the table the daemon builds. A flag
 given on the command line (or through its environment variable) wins over
 the file.`

@@ -2,15 +2,19 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
 )
 
 const demoTopic = "account-balances"
@@ -57,11 +61,11 @@ func runDemo(c *cli.Context) error {
 	}
 	defer b.Close()
 	log.Info().Str("broker", b.Addr).Msg("embedded Kafka-compatible broker (kfake) started")
-	n, err := demoEvents(c, b)
+	st, err := demoEvents(c, b)
 	if err != nil {
 		return fmt.Errorf("demo: produce sample events: %w", err)
 	}
-	log.Info().Str(keyTopic, demoTopic).Int("records", n).Msg("sample events produced")
+	log.Info().Str(keyTopic, demoTopic).Int("records", st.records).Msg("sample events produced")
 
 	db, err := openWrite(c, path, "kmaterialize demo --db "+path)
 	if err != nil {
@@ -98,15 +102,93 @@ func runDemo(c *cli.Context) error {
 	if err := printTables(out, path, infos); err != nil {
 		return err
 	}
+	if err := explainDemo(out, db, st, rep.Meta.Skipped); err != nil {
+		return err
+	}
+	demoNextSteps(out, c.String("db"))
 	return out.Flush()
 }
 
-// demoEvents writes the sample stream and returns how many records it wrote
-// (committed, aborted and null-keyed included).
-func demoEvents(c *cli.Context, b *localkafka.Broker) (int, error) {
+// demoStream is what demoEvents wrote, for the explanation of the output.
+type demoStream struct {
+	records   int                 // every record, committed, aborted and null-keyed
+	tombstone string              // the key whose last record is a tombstone
+	aborted   []localkafka.Record // written in the aborted transaction
+	committed []localkafka.Record // written in the committed transaction
+	nullKeyed int                 // records without a key
+}
+
+// explainDemo says what the printed table shows, with the values read from
+// the table itself, so that the text cannot drift from the output.
+func explainDemo(out io.Writer, db *store.DB, st demoStream, skipped int64) error {
+	value := func(key []byte) (string, error) {
+		v, err := db.Get(demoTopic, key)
+		if errors.Is(err, store.ErrKeyNotFound) {
+			return "(no row)", nil
+		}
+		return string(v), err
+	}
+	fmt.Fprintf(out, "\nWhat the output shows:\n")
+	if _, err := db.Get(demoTopic, []byte(st.tombstone)); !errors.Is(err, store.ErrKeyNotFound) {
+		return fmt.Errorf("demo: %s should have no row after its tombstone (%v)", st.tombstone, err)
+	}
+	fmt.Fprintf(out, "  - %s is not in the table: its last record is a tombstone (a null value), which deletes the key.\n", st.tombstone)
+	var now, never []string
+	for _, r := range st.aborted {
+		v, err := value(r.Key)
+		if err != nil {
+			return err
+		}
+		now = append(now, fmt.Sprintf("%s is %s", r.Key, v))
+		never = append(never, string(r.Value))
+	}
+	fmt.Fprintf(out, "  - %s, never %s: those values were written in a transaction\n"+
+		"    that was aborted; the replay reads read_committed, so aborted records never reach a table.\n",
+		strings.Join(now, " and "), strings.Join(never, " or "))
+	now = now[:0]
+	for _, r := range st.committed {
+		v, err := value(r.Key)
+		if err != nil {
+			return err
+		}
+		now = append(now, fmt.Sprintf("%s is %s", r.Key, v))
+	}
+	fmt.Fprintf(out, "  - %s: written in a committed transaction, they count like any other record.\n", strings.Join(now, " and "))
+	fmt.Fprintf(out, "  - records skipped: %d (null_key=%d): a record without a key has no row to go to;\n"+
+		"    the latest fold skips it and counts it.\n", skipped, st.nullKeyed)
+	return nil
+}
+
+// demoNextSteps prints what to try next: commands that work after the demo
+// has exited (its broker is gone, and its database too without --db).
+func demoNextSteps(out io.Writer, keptDB string) {
+	fmt.Fprintf(out, "\nNext steps (the demo's broker stops when it exits")
+	if keptDB == "" {
+		fmt.Fprintf(out, ", and its temporary database is removed; --db FILE keeps it")
+	}
+	fmt.Fprintf(out, "):\n")
+	if keptDB != "" {
+		fmt.Fprintf(out, "  Your copy of the table stays in %s:\n    $ kmaterialize get --db %s --table %s acct-1\n", keptDB, keptDB, demoTopic)
+	}
+	fmt.Fprintf(out, `  1. Start a Kafka-compatible broker that stays up, in a shell of its own (Ctrl-C stops it):
+       $ kmaterialize dev broker --topic %[1]s:4
+     and paste the "export KMATERIALIZE_BROKERS=..." line it prints into your shell.
+  2. Write records with any Kafka producer, e.g. kcat (KEY:VALUE per line):
+       $ printf 'acct-1:100.00\nacct-2:250.00\n' | kcat -b "$KMATERIALIZE_BROKERS" -P -t %[1]s -K:
+  3. Rebuild the table and read it:
+       $ kmaterialize rebuild --topic %[1]s --db balances.db
+       $ kmaterialize get --db balances.db --table %[1]s acct-1
+  4. Apply what the topic gained since, without a full rebuild:
+       $ kmaterialize update --db balances.db --table %[1]s
+`, demoTopic)
+}
+
+// demoEvents writes the sample stream and returns what it wrote.
+func demoEvents(c *cli.Context, b *localkafka.Broker) (demoStream, error) {
 	ctx := c.Context
+	var st demoStream
 	if err := b.CreateTopic(demoTopic, 4, nil); err != nil {
-		return 0, err
+		return st, err
 	}
 	acct := func(i int) localkafka.Record {
 		return localkafka.Record{Partition: int32(i % 4), Key: []byte(fmt.Sprintf("acct-%d", i))}
@@ -121,24 +203,25 @@ func demoEvents(c *cli.Context, b *localkafka.Broker) (int, error) {
 	}
 	// A record without a key: skipped by the latest fold, and counted.
 	recs = append(recs, localkafka.Record{Partition: 1, Value: []byte("orphan transfer")})
+	st.nullKeyed = 1
 	// A tombstone: acct-7 is closed, its row is deleted.
 	recs = append(recs, acct(7))
-	n := len(recs)
+	st.tombstone = "acct-7"
 	if _, err := b.Produce(ctx, demoTopic, recs); err != nil {
-		return 0, err
+		return st, err
 	}
 	// An aborted transaction: its balances must never appear.
 	txn, err := b.BeginTxn(ctx, demoTopic, "demo-aborted")
 	if err != nil {
-		return 0, err
+		return st, err
 	}
 	bad := []localkafka.Record{acct(1), acct(2)}
 	bad[0].Value, bad[1].Value = []byte("999999.00"), []byte("-1.00")
 	if _, err := txn.Produce(ctx, bad); err != nil {
-		return 0, err
+		return st, err
 	}
 	if err := txn.End(ctx, false); err != nil {
-		return 0, err
+		return st, err
 	}
 	// A committed transaction: a transfer between two accounts; its commit
 	// markers are the last offsets of partitions 0 and 1.
@@ -146,7 +229,9 @@ func demoEvents(c *cli.Context, b *localkafka.Broker) (int, error) {
 	good := []localkafka.Record{acct(4), acct(5)}
 	good[0].Value, good[1].Value = []byte("350.00"), []byte("610.00")
 	if _, err := b.WriteTxn(ctx, demoTopic, "demo-committed", good, true); err != nil {
-		return 0, err
+		return st, err
 	}
-	return n + len(bad) + len(good), nil
+	st.records = len(recs) + len(bad) + len(good)
+	st.aborted, st.committed = bad, good
+	return st, nil
 }

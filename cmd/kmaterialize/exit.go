@@ -11,6 +11,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
@@ -44,7 +45,7 @@ func exitCode(err error) int {
 		return exitError
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadEnd), errors.Is(err, replay.ErrBadProperty),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
-		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting):
+		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting), errors.Is(err, localkafka.ErrBadDevTopic):
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty), errors.Is(err, materialize.ErrTooManyChanges):
 		return exitConflict

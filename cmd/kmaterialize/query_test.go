@@ -165,4 +165,39 @@ func TestUsage(t *testing.T) {
 	delete(want, "acct-7")
 	want["acct-4"], want["acct-5"] = "350.00", "610.00"
 	checkTable(t, want, got)
+
+	// The closing text explains the table: the tombstoned key gone, the
+	// aborted values absent (and what the keys hold instead), the
+	// committed transfer, the null-keyed record skipped and counted.
+	_, explained, ok := strings.Cut(r.stdout, "\nWhat the output shows:\n")
+	if !ok {
+		t.Fatalf("demo printed no explanation:\n%s", r.stdout)
+	}
+	explained, next, ok := strings.Cut(explained, "\nNext steps")
+	if !ok {
+		t.Fatalf("demo printed no next steps:\n%s", r.stdout)
+	}
+	for _, w := range []string{
+		"acct-7 is not in the table: its last record is a tombstone",
+		fmt.Sprintf("acct-1 is %s and acct-2 is %s, never 999999.00 or -1.00", want["acct-1"], want["acct-2"]),
+		"aborted", "read_committed",
+		fmt.Sprintf("acct-4 is %s and acct-5 is %s: written in a committed transaction", want["acct-4"], want["acct-5"]),
+		"records skipped: 1 (null_key=1): a record without a key",
+	} {
+		if !strings.Contains(explained, w) {
+			t.Errorf("the explanation does not say %q:\n%s", w, explained)
+		}
+	}
+	if _, ok := got["999999.00"]; ok || strings.Contains(scanned, "999999.00") {
+		t.Errorf("an aborted value is in the table:\n%s", scanned)
+	}
+	// The next steps must work after the demo exits: they start a broker
+	// of their own and never name the demo's removed temporary database
+	// (TestDemoNextSteps runs them).
+	if !strings.Contains(next, "$ kmaterialize dev broker --topic account-balances:4") {
+		t.Errorf("the next steps do not start the dev broker:\n%s", next)
+	}
+	if strings.Contains(next, "kmaterialize-demo-") {
+		t.Errorf("the next steps name the demo's temporary database, gone after it exits:\n%s", next)
+	}
 }

@@ -77,6 +77,10 @@ The config file (YAML; an unknown field is an error naming its line):
 The table options mean what the rebuild flags of the same name mean, and
 kmaterialize rebuild --config FILE --table NAME builds the same table without
 a daemon. Relative paths are relative to the config file's directory.
+${NAME} is taken from the environment in db, socket, admin_token,
+kafka.brokers, the kafka.properties values, schema_registry and catalog
+(e.g. db: ${STATE_DIRECTORY}/tables.db); a ${ in any other field is an
+error, and $${ is a literal ${.
 Secrets (properties whose name says password, secret or token,
 sasl.jaas.config, ssl.key.pem, and the admin token) never appear in logs or
 errors.

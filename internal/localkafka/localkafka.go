@@ -1,6 +1,8 @@
 // Package localkafka owns the in-process Kafka-compatible broker (kfake) that
-// the demo and the tests run on loopback, and the independent client
-// (franz-go) they use to write records and commit offsets to it.
+// the demo, `kmaterialize dev broker` (StartDev) and the tests run on
+// loopback, and the independent client (franz-go) they use to write records
+// and commit offsets to it. It ships in the binary for the demo and the dev
+// broker; neither is for production.
 //
 // Nothing in the product's read path depends on it: the replay and the
 // copier talk to it over the Kafka wire protocol exactly as they talk to
