@@ -28,9 +28,8 @@ Exit codes: 0 ok, 1 unexpected error (also a corrupt database), 2 bad usage,
 6 key/table not found, 7 database busy (held by another process).
 
 Try: kmaterialize demo`,
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
+		Writer:    stdout,
+		ErrWriter: stderr,
 		// --version (-v) prints readBuildInfo (version.go); completion
 		// scripts ask the binary with --generate-bash-completion.
 		Version:              readBuildInfo().Version,
@@ -66,7 +65,7 @@ Try: kmaterialize demo`,
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageErrorf("%v", err)
+			return explainUsage(c, err, args)
 		},
 	}
 	// A command's flag errors go to the command's OnUsageError, not the
@@ -89,11 +88,12 @@ Try: kmaterialize demo`,
 	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
 	err := app.RunContext(ctx, args)
 	if err == nil && unknown != "" {
-		err = &usageError{msg: fmt.Sprintf("unknown command %q", unknown), hint: "kmaterialize help"}
+		err = unknownCommand(app, unknown)
 	}
 	if err == nil {
 		return 0
 	}
+	removeCreatedDB(app)
 	code := exitCode(err)
 	// The final error passes the run's Redactor too: it may quote a
 	// library's message that quotes a secret.
