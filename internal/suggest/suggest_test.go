@@ -12,17 +12,17 @@ func TestNearest(t *testing.T) {
 		candidates []string
 		want       string
 	}{
-		{"rebuld", commands, "rebuild"},   // a letter left out
-		{"rebiuld", commands, "rebuild"},  // two letters swapped
-		{"REBUILD", commands, "rebuild"},  // case
-		{"udpate", commands, "update"},    // swapped, distance 2
-		{"verfy", commands, "verify"},     // a letter left out
-		{"tabels", commands, "tables"},    // swapped
-		{"rollb", commands, "rollback"},   // an abbreviation
-		{"frobnicate", commands, ""},      // nothing like it
-		{"x", commands, ""},               // too short to guess
-		{"", commands, ""},                // nothing given
-		{"broker", flags, "brokers"},      // a letter left out
+		{"rebuld", commands, "rebuild"},  // a letter left out
+		{"rebiuld", commands, "rebuild"}, // two letters swapped
+		{"REBUILD", commands, "rebuild"}, // case
+		{"udpate", commands, "update"},   // swapped, distance 2
+		{"verfy", commands, "verify"},    // a letter left out
+		{"tabels", commands, "tables"},   // swapped
+		{"rollb", commands, "rollback"},  // an abbreviation
+		{"frobnicate", commands, ""},     // nothing like it
+		{"x", commands, ""},              // too short to guess
+		{"", commands, ""},               // nothing given
+		{"broker", flags, "brokers"},     // a letter left out
 		{"stall-timout", flags, "stall-timeout"},
 		{"stall", flags, "stall-timeout"}, // the only flag starting so
 		{"tpoic", flags, "topic"},
