@@ -97,7 +97,7 @@ Try: kmaterialize demo`,
 	code := exitCode(err)
 	// The final error passes the run's Redactor too: it may quote a
 	// library's message that quotes a secret.
-	msg, h := err.Error(), hint(err)
+	msg, h := err.Error(), personalHint(hint(err), args[1:], os.Getenv)
 	if red, ok := app.Metadata[metaRedactor].(*config.Redactor); ok {
 		msg, h = red.String(msg), red.String(h)
 	}

@@ -100,7 +100,11 @@ Examples:
   $ kmaterialize serve --config /etc/kmaterialize/kmaterialize.yaml
   $ curl --unix-socket /run/kmaterialize/tables.sock http://kmaterialize/v1/tables/balances/keys/acct-42
   $ kill -HUP $(pidof kmaterialize)     # reload the config`,
-		Flags:  []cli.Flag{configFlag(), lockTimeoutFlag(), propsFileFlag()},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", EnvVars: []string{configEnv},
+				Usage: "YAML config `FILE` (required): the database, socket and listen address, the Kafka connection, the Schema Registry and the tables to serve (format below)"},
+			lockTimeoutFlag(), propsFileFlag(),
+		},
 		Action: runServe,
 	}
 }

@@ -106,17 +106,73 @@ func unknownCommand(app *cli.App, name string) error {
 // flagValue returns the value given with --name in args ("VALUE" when it
 // cannot be found), for a hint that repeats the user's own command.
 func flagValue(args []string, name string) string {
+	if v, ok := givenValue(args, name); ok {
+		return v
+	}
+	return "VALUE"
+}
+
+// givenValue is the value of the flag named name (or one of its aliases) in
+// args: --name VALUE, --name=VALUE, -name VALUE.
+func givenValue(args []string, names ...string) (string, bool) {
 	for i, a := range args {
-		for _, prefix := range []string{"--" + name, "-" + name} {
-			if v, ok := strings.CutPrefix(a, prefix+"="); ok && v != "" {
-				return v
-			}
-			if a == prefix && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
-				return args[i+1]
+		if a == "--" {
+			break
+		}
+		for _, name := range names {
+			for _, prefix := range []string{"--" + name, "-" + name} {
+				if v, ok := strings.CutPrefix(a, prefix+"="); ok && v != "" {
+					return v, true
+				}
+				if a == prefix && i+1 < len(args) && args[i+1] != "" && !strings.HasPrefix(args[i+1], "-") {
+					return args[i+1], true
+				}
 			}
 		}
 	}
-	return "VALUE"
+	return "", false
+}
+
+// placeholders are the stand-ins that hints use for the user's own values,
+// with the flags (and environment variable) that give them. None of them
+// is a secret.
+var placeholders = []struct {
+	text  string // as it appears in a hint
+	flag  string // "--db " + the value replaces text
+	names []string
+	env   string
+}{
+	{"--db PATH", "--db", []string{"db"}, "KMATERIALIZE_DB"},
+	{"--db FILE", "--db", []string{"db"}, "KMATERIALIZE_DB"},
+	{"--brokers HOST:PORT", "--brokers", []string{"brokers", "b"}, "KMATERIALIZE_BROKERS"},
+	{"--brokers B", "--brokers", []string{"brokers", "b"}, "KMATERIALIZE_BROKERS"},
+	{"--topic TOPIC", "--topic", []string{"topic", "t"}, ""},
+	{"--table NAME", "--table", []string{"table"}, ""},
+	{"--from ledger", "--from", []string{"from"}, ""},
+	{"--to ledger-copy", "--to", []string{"to"}, ""},
+	{"--group ledger-copier", "--group", []string{"group"}, ""},
+	{"--transactional-id ledger-copier-1", "--transactional-id", []string{"transactional-id"}, ""},
+}
+
+// personalHint puts the user's own values (from args, or their
+// environment variables) in place of a hint's placeholders: "kmaterialize
+// tables --db PATH" after a run with --db /data/t.db is "kmaterialize
+// tables --db /data/t.db".
+func personalHint(h string, args []string, getenv func(string) string) string {
+	for _, p := range placeholders {
+		if !strings.Contains(h, p.text) {
+			continue
+		}
+		v, ok := givenValue(args, p.names...)
+		if !ok && p.env != "" {
+			v = getenv(p.env)
+			ok = v != ""
+		}
+		if ok && !strings.ContainsAny(v, " \t\n'\"") {
+			h = strings.ReplaceAll(h, p.text, p.flag+" "+v)
+		}
+	}
+	return h
 }
 
 func findFlag(flags []cli.Flag, name string) cli.Flag {
