@@ -631,9 +631,10 @@ func TestCopySummary(t *testing.T) {
 	checkExactlyOnce(t, src, n.dst)
 	verifyClean(t, n, countCommitted(src))
 
+	// Nothing left to copy: a run that committed nothing says so.
 	r = mustCLI(t, 0, n.copyArgs()...)
-	if sum := lastSummary(t, r.stdout); sum.Records != 0 || !sum.Committed {
-		t.Fatalf("second copy summary %+v, want 0 records", sum)
+	if sum := lastSummary(t, r.stdout); sum.Records != 0 || sum.Transactions != 0 || sum.Committed {
+		t.Fatalf("second copy summary %+v, want 0 records in 0 transactions, committed false", sum)
 	}
 	checkExactlyOnce(t, src, n.dst)
 }
@@ -689,6 +690,10 @@ func TestCopyExitCodes(t *testing.T) {
 	r := mustCLI(t, 2, n.copyArgs()...)
 	if !strings.Contains(r.stderr, "partitions") || !strings.Contains(r.stderr, "--repartition") {
 		t.Fatalf("fewer destination partitions: stderr does not explain:\n%s", r.stderr)
+	}
+	// The refused run's summary says that it did nothing.
+	if sum := lastSummary(t, r.stdout); sum.Committed || sum.Records != 0 || sum.Transactions != 0 {
+		t.Fatalf("refused copy's summary %+v, want committed false, no records, no transactions", sum)
 	}
 	if got := readCommittedValues(t, n.dst, partitionMarks(n.dst, false)); len(got) != 0 {
 		t.Fatalf("a refused copy wrote %v", got)
