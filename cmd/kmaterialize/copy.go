@@ -100,7 +100,7 @@ Examples:
 				CallTimeout: c.Duration("call-timeout"), Log: k.log,
 				Progress: prog.Update, ProgressInterval: prog.Tick(),
 			})
-			prog.Finish()
+			endProgress(prog, err)
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))
 			if errors.Is(err, copier.ErrBadDestination) {

@@ -28,6 +28,16 @@ func withProgressFlag(cmd *cli.Command) {
 	}
 }
 
+// endProgress ends prog as the run ended: done for a clean stop (err nil),
+// stopped otherwise.
+func endProgress(prog *progressview.View, err error) {
+	if err == nil {
+		prog.Done()
+		return
+	}
+	prog.Finish()
+}
+
 // newProgress returns the command's progress view on stderr: bars on a
 // terminal, with the log lines redirected above them; progress log lines
 // every --progress-interval otherwise.

@@ -439,7 +439,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		defer stopProfile()
 	}
 	rep, err := materialize.Rebuild(c.Context, opts)
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}

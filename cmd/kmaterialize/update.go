@@ -163,7 +163,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 	}
 	log.Info().Str(keyTable, table).Str("db", o.dbPath).Msg("update started")
 	rep, err := materialize.Update(c.Context, o.opts)
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return fmt.Errorf("update of table %q failed, nothing published: %w", table, config.Scrub(err, o.opts.Props))
 	}
