@@ -27,7 +27,7 @@ Exit codes: 0 ok, 1 unexpected error (also a corrupt database), 2 bad usage,
 3 data conflict, 4 incomplete replay, 5 Kafka unavailable or topic missing,
 6 key/table not found, 7 database busy (held by another process).
 
-Try: kmaterialize demo`,
+Try: kmaterialize demo (and kmaterialize help COMMAND)`,
 		Writer:    stdout,
 		ErrWriter: stderr,
 		// --version (-v) prints readBuildInfo (version.go); completion
@@ -39,8 +39,8 @@ Try: kmaterialize demo`,
 		// never split at commas.
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL`: debug, info, warn or error; before the command name"},
+			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "log `FORMAT`: auto (console on a terminal, JSON lines otherwise), console or json; before the command name"},
 		},
 		Commands: []*cli.Command{
 			rebuildCommand(),

@@ -64,7 +64,7 @@ func checkProps(brokers string, props map[string]string, kinds ...replay.ClientK
 }
 
 func stallFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this long (also bounds metadata requests)"}
+	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this `DURATION` (also bounds metadata requests)"}
 }
 
 // parseProps turns repeated -X key=value flags into a map, on top of the
@@ -146,7 +146,7 @@ func isTerminal(w any) bool {
 // database.
 func lockTimeoutFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "lock-timeout", Value: store.DefaultLockTimeout,
-		Usage: "how long to wait for another process holding the database before exiting 7 (0: do not wait)"}
+		Usage: "wait up to this `DURATION` for another process holding the database, then exit 7 (0: do not wait)"}
 }
 
 // lockTimeout is --lock-timeout as store.Options wants it: 0 there means the

@@ -17,7 +17,7 @@ func progressFlag() cli.Flag {
 }
 
 func progressIntervalFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"}
+	return &cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often --progress lines logs progress (the default when stderr is not a terminal)"}
 }
 
 // withProgressFlag gives --progress to every command that has
