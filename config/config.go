@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/suggest"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 )
@@ -190,7 +192,46 @@ func (p *parser) errorf(line int, field, format string, args ...any) *Error {
 }
 
 // unknownField rewrites yaml's "field x not found in type config.file".
-var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
+
+// sections are the document's mappings by the type name yaml's errors give
+// them: the fields one of them accepts are the candidates of a "did you
+// mean" for a field it does not.
+var sections = map[string]reflect.Type{
+	"config.file":               reflect.TypeFor[file](),
+	"config.fileKafka":          reflect.TypeFor[fileKafka](),
+	"config.fileTable":          reflect.TypeFor[fileTable](),
+	"config.fileSchemaRegistry": reflect.TypeFor[fileSchemaRegistry](),
+}
+
+// notDuration says why value is not a duration: a bare number lacks its
+// unit ("use 30s"), anything else is shown examples.
+func notDuration(value, examples string) string {
+	if fixed, ok := suggest.Duration(value); ok {
+		return "a duration needs a unit: use " + fixed
+	}
+	return "not a duration (" + examples + ")"
+}
+
+// unknownFieldMsg is the message for field, unknown in the section yaml
+// calls typeName, with the nearest field that section has.
+func unknownFieldMsg(field, typeName string) string {
+	msg := fmt.Sprintf("unknown field %q", field)
+	t, ok := sections[typeName]
+	if !ok {
+		return msg
+	}
+	var names []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	if near := suggest.Nearest(field, names); near != "" {
+		msg += fmt.Sprintf("; did you mean %q?", near)
+	}
+	return msg
+}
 
 // typeErrorLine is the "line N: " of one of yaml's type errors.
 var typeErrorLine = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -227,7 +268,7 @@ func (p *parser) parse(data []byte) (*Config, error) {
 			msg := te.Errors[0]
 			if m := unknownField.FindStringSubmatch(msg); m != nil {
 				line, _ := strconv.Atoi(m[1])
-				return nil, &Error{Path: p.path, Line: line, Msg: fmt.Sprintf("unknown field %q", m[2]), Err: err}
+				return nil, &Error{Path: p.path, Line: line, Msg: unknownFieldMsg(m[2], m[3]), Err: err}
 			}
 			if m := typeErrorLine.FindStringSubmatch(msg); m != nil {
 				line, _ := strconv.Atoi(m[1])
@@ -470,7 +511,7 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 	if ft.StallTimeout != "" {
 		d, err := time.ParseDuration(ft.StallTimeout)
 		if err != nil {
-			return t, bad("stall_timeout", "%q: not a duration (e.g. 30s, 2m)", ft.StallTimeout)
+			return t, bad("stall_timeout", "%q: %s", ft.StallTimeout, notDuration(ft.StallTimeout, "e.g. 30s, 2m"))
 		}
 		if d <= 0 {
 			return t, bad("stall_timeout", "%s: must be positive", d)
@@ -619,7 +660,7 @@ func (p *parser) followFields(t *Table, ft fileTable, bad func(key, format strin
 	if ft.FollowInterval != "" {
 		d, err := time.ParseDuration(ft.FollowInterval)
 		if err != nil {
-			return bad("follow_interval", "%q: not a duration (e.g. 200ms, 1s)", ft.FollowInterval)
+			return bad("follow_interval", "%q: %s", ft.FollowInterval, notDuration(ft.FollowInterval, "e.g. 200ms, 1s"))
 		}
 		if d <= 0 {
 			return bad("follow_interval", "%s: must be positive", d)

@@ -161,9 +161,15 @@ func TestLoadErrors(t *testing.T) {
 		line int
 		want []string
 	}{
-		{"unknown top-level field", "db: t.db\nsockets: x\n", 2, []string{`unknown field "sockets"`}},
-		{"unknown table field", head + "  - name: a\n    topic: t\n    folds: count\n", 7, []string{`unknown field "folds"`}},
-		{"unknown kafka field", "db: t.db\nkafka:\n  broker: k:9092\n", 3, []string{`unknown field "broker"`}},
+		{"unknown top-level field", "db: t.db\nsockets: x\n", 2, []string{`unknown field "sockets"; did you mean "socket"?`}},
+		{"unknown table field", head + "  - name: a\n    topic: t\n    folds: count\n", 7, []string{`unknown field "folds"; did you mean "fold"?`}},
+		{"unknown kafka field", "db: t.db\nkafka:\n  broker: k:9092\n", 3, []string{`unknown field "broker"; did you mean "brokers"?`}},
+		// Issue 18: the did-you-mean of a misspelt field, in each section.
+		{"misspelt table field", head + "  - name: a\n    topic: t\n    folow: true\n", 7, []string{`unknown field "folow"; did you mean "follow"?`}},
+		{"dashes for underscores", head + "  - name: a\n    topic: t\n    stall-timeout: 30s\n", 7,
+			[]string{`unknown field "stall-timeout"; did you mean "stall_timeout"?`}},
+		{"misspelt registry field", "db: t.db\nschema_registry:\n  usrname: svc\n", 3, []string{`unknown field "usrname"; did you mean "username"?`}},
+		{"unknown field, nothing near", "db: t.db\ncolour: blue\n", 2, []string{`unknown field "colour"`}},
 		{"not yaml", "db: t.db\ntables: [\n", 2, []string{"not valid YAML"}},
 		{"wrong kind", "db: t.db\nallow_remote: maybe\n", 2, []string{"allow_remote", "bool"}},
 		{"wrong kind, secret value not shown", "db: t.db\nkafka:\n  properties: sasl.password=hunter2\n", 3,
@@ -182,7 +188,11 @@ func TestLoadErrors(t *testing.T) {
 		{"six cron fields", head + "  - name: a\n    topic: t\n    schedule: \"0 */5 * * * *\"\n", 7, []string{"tables[0].schedule"}},
 		{"bad every", head + "  - name: a\n    topic: t\n    schedule: \"@every soon\"\n", 7, []string{`"soon" is not a duration`}},
 		{"bad end", head + "  - name: a\n    topic: t\n    end: low\n", 7, []string{"tables[0].end", "high or stable"}},
-		{"bad stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 30\n", 7, []string{"tables[0].stall_timeout", "not a duration"}},
+		{"bad stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: soon\n", 7, []string{"tables[0].stall_timeout", "not a duration"}},
+		{"stall timeout without a unit", head + "  - name: a\n    topic: t\n    stall_timeout: 30\n", 7,
+			[]string{"tables[0].stall_timeout", `"30": a duration needs a unit: use 30s`}},
+		{"follow interval without a unit", head + "  - name: a\n    topic: t\n    follow: true\n    follow_interval: 1.5\n", 8,
+			[]string{"tables[0].follow_interval", "use 1.5s"}},
 		{"negative keep", head + "  - name: a\n    topic: t\n    keep: -1\n", 7, []string{"tables[0].keep", "must not be negative"}},
 		{"bad max change", head + "  - name: a\n    topic: t\n    max_change: lots\n", 7, []string{"tables[0].max_change", "want a percentage"}},
 		{"zero stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 0s\n", 7, []string{"must be positive"}},

@@ -80,9 +80,12 @@ type Summary struct {
 	Group        string `json:"group"`
 	Records      int64  `json:"records"`      // copied, or (with Abort) produced and aborted
 	Transactions int64  `json:"transactions"` // committed, or (with Abort) aborted
-	Committed    bool   `json:"committed"`    // false with Abort
-	Retries      int64  `json:"retries"`      // transactional calls retried
-	Aborts       int64  `json:"aborts"`       // transactions aborted after an abortable error and redone
+	// Committed is true when the run committed at least one transaction:
+	// false with Abort, and false for a run that committed nothing (it
+	// failed before its first commit, or there was nothing to copy).
+	Committed bool  `json:"committed"`
+	Retries   int64 `json:"retries"` // transactional calls retried
+	Aborts    int64 `json:"aborts"`  // transactions aborted after an abortable error and redone
 	// SkippedByRetention counts source records deleted by retention
 	// between the group's committed offset and the copy (each gap is
 	// logged with its offsets).

@@ -507,10 +507,10 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 	if rep.OK || rep.Missing != 1 || rep.Duplicated != 1 {
 		t.Fatalf("report %+v, want 1 missing and 1 duplicated", rep)
 	}
-	if ex := rep.MissingExamples[0]; ex.Value != `"v3"` || len(ex.Source) != 1 || ex.Source[0].Partition != 1 || ex.Source[0].Offset != 1 {
+	if ex := rep.MissingExamples[0]; ex.Value == nil || *ex.Value != "v3" || len(ex.Source) != 1 || ex.Source[0].Partition != 1 || ex.Source[0].Offset != 1 {
 		t.Fatalf("missing example %+v, want v3 at source 1@1", ex)
 	}
-	if ex := rep.DuplicatedExamples[0]; ex.Value != `"v6"` || ex.DestCount != 2 || ex.SourceCount != 1 {
+	if ex := rep.DuplicatedExamples[0]; ex.Value == nil || *ex.Value != "v6" || ex.DestCount != 2 || ex.SourceCount != 1 {
 		t.Fatalf("duplicated example %+v, want v6 twice", ex)
 	}
 }

@@ -57,7 +57,7 @@ func Run(ctx context.Context, c Config) (Summary, error) {
 	c = c.withDefaults()
 	started := time.Now()
 	r := &copyRun{c: c, log: c.Log, parts: map[int32]*partition{}, started: started}
-	r.sum = Summary{From: c.From, To: c.To, Group: c.Group, Committed: !c.Abort}
+	r.sum = Summary{From: c.From, To: c.To, Group: c.Group}
 	var wg sync.WaitGroup
 	defer wg.Wait() // log forwarders end when the clients close
 	err := r.open(ctx, &wg)
@@ -76,6 +76,8 @@ func Run(ctx context.Context, c Config) (Summary, error) {
 		err = cerr
 	}
 	r.sum.ElapsedMs = time.Since(started).Milliseconds()
+	// With Abort, Transactions counts the aborted ones.
+	r.sum.Committed = !c.Abort && r.sum.Transactions > 0
 	return r.sum, err
 }
 

@@ -283,7 +283,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 		log.Warn().Interface("skipped_by_reason", bad).Msg("bad records were skipped (--on-bad-record skip); the table leaves them out")
 	}
 	ev := log.Info().Str("topic", opts.Replay.Topic).Int64("records", stats.Records).Int64("skipped", stats.Skipped).
-		Int64("keys", published.Keys).Int("runs", w.runs).Dur("took", time.Since(started))
+		Int64("keys", published.Keys).Int("runs", w.runs).Int64("took_ms", time.Since(started).Milliseconds())
 	if c := published.Changes; c != nil {
 		ev = ev.Int64("added", c.Added).Int64("removed", c.Removed).Int64("changed", c.Changed)
 	}

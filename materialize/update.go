@@ -270,7 +270,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		return Report{Replay: res}, err
 	}
 	log.Info().Str("topic", spec.Topic).Str("mode", mode).Int64("records", res.Records).Int64("keys", published.Keys).
-		Int64("updates", next.Updates).Dur("took", time.Since(started)).Msg("updated")
+		Int64("updates", next.Updates).Int64("took_ms", time.Since(started).Milliseconds()).Msg("updated")
 	return Report{Meta: published, Checkpoint: next, Replay: res, Mode: mode}, nil
 }
 

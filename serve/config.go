@@ -24,7 +24,11 @@ type Table struct {
 	Schedule string // "" unscheduled; "@every 10m" or a 5-field cron expression
 	// Build runs one full rebuild of the table into db and publishes it
 	// (materialize.Rebuild with the table's options). ctx ends on shutdown;
-	// a Build that returns after it ended must not have published.
+	// a Build that returns after it ended must not have published. log
+	// carries the run's fields (run, trigger) but not the table's name:
+	// materialize adds that to each of its lines, and a logger that had it
+	// already would write the key twice in one JSON line. The same holds
+	// for the loggers Follow's functions and UpdateFunc are given.
 	Build func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error)
 	// Follow, if set, keeps the published table current between rebuilds
 	// (follow.go); its Rebuild then replaces Build.

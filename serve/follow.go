@@ -153,7 +153,9 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 	log := s.cfg.Log.With().Str(keyTable, table).Logger()
 	backoff := time.Second
 	for {
-		err := s.runFollow(ctx, def, log, fs.status)
+		// The follower's lines get the table from materialize (see
+		// Table.Build).
+		err := s.runFollow(ctx, def, s.cfg.Log, fs.status)
 		if ctx.Err() != nil {
 			break
 		}

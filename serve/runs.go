@@ -100,14 +100,16 @@ func (s *Server) startRun(name, trigger string) (*run, error) {
 // execute runs def.Build for r, records its outcome and releases the run
 // lock.
 func (s *Server) execute(r *run, def tableDef) {
-	log := s.cfg.Log.With().Str(keyTable, r.table).Uint64("run", r.id).Str("trigger", r.trigger).Logger()
+	// The build's lines get the table from materialize (see Table.Build).
+	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
+	log := runLog.With().Str(keyTable, r.table).Logger()
 	log.Info().Msg("rebuild started")
-	rep, err := s.build(def, log)
+	rep, err := s.build(def, runLog)
 	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation = rep.Meta.Generation
 		res.Records = rep.Meta.Records
-		log.Info().Uint64(keyGeneration, res.Generation).Int64("keys", rep.Meta.Keys).Dur("took", res.Took).Msg("rebuild published")
+		log.Info().Uint64(keyGeneration, res.Generation).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("rebuild published")
 	} else {
 		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("rebuild failed; the previous generation stays served")
 	}

@@ -147,7 +147,9 @@ func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *material
 // executeUpdate runs the update for r, records its outcome and releases the
 // run lock.
 func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Report) {
-	log := s.cfg.Log.With().Str(keyTable, r.table).Uint64("run", r.id).Str("trigger", r.trigger).Logger()
+	// The update's lines get the table from materialize (see Table.Build).
+	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
+	log := runLog.With().Str(keyTable, r.table).Logger()
 	log.Info().Bool("rebuild_if_needed", rebuildIfNeeded).Msg("update started")
 	rep, err := func() (rep materialize.Report, err error) {
 		defer func() {
@@ -155,12 +157,12 @@ func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Re
 				err = fmt.Errorf("update of table %q panicked: %v\n%s", r.table, p, debug.Stack())
 			}
 		}()
-		return s.cfg.Update(s.runCtx, s.db, r.table, rebuildIfNeeded, log)
+		return s.cfg.Update(s.runCtx, s.db, r.table, rebuildIfNeeded, runLog)
 	}()
 	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation, res.Records = rep.Meta.Generation, rep.Meta.Records
-		log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Dur("took", res.Took).Msg("update published")
+		log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("update published")
 	} else {
 		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("update failed; the table is unchanged")
 	}

@@ -12,10 +12,12 @@ package verify
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -46,10 +48,16 @@ type Position struct {
 }
 
 // Example is one record that is missing or duplicated, with where it sits
-// on each side.
+// on each side. Key and Value are the record's bytes as text, encoded once
+// (by the report's JSON): nil for a null key or value (a tombstone), cut to
+// their first 64 bytes (Truncated says so), and base64 (standard encoding)
+// when either is not valid UTF-8 (Encoding says so). With ByValue, Key is
+// the key of the first such record seen.
 type Example struct {
-	Key         string     `json:"key,omitempty"`
-	Value       string     `json:"value"`
+	Key         *string    `json:"key"`
+	Value       *string    `json:"value"`
+	Encoding    string     `json:"encoding,omitempty"`  // "base64" when Key and Value are base64
+	Truncated   bool       `json:"truncated,omitempty"` // Key or Value is longer than shown`
 	Source      []Position `json:"source"`
 	Destination []Position `json:"destination"`
 	SourceCount int64      `json:"source_count"`
@@ -73,7 +81,8 @@ type Report struct {
 type entry struct {
 	src, dst       int64
 	srcPos, dstPos []Position // first few
-	key, value     string     // shortened, for examples
+	key, value     []byte     // shortened copies, for examples; nil is a null
+	truncated      bool
 }
 
 const keepPositions = 3
@@ -97,7 +106,9 @@ func Run(ctx context.Context, c Config) (Report, error) {
 				h := identity(r, c.ByValue)
 				e := seen[h]
 				if e == nil {
-					e = &entry{key: short(r.Key), value: short(r.Value)}
+					k, kcut := short(r.Key)
+					v, vcut := short(r.Value)
+					e = &entry{key: k, value: v, truncated: kcut || vcut}
 					seen[h] = e
 				}
 				pos := Position{r.Partition, r.Offset}
@@ -169,8 +180,28 @@ func examples(es []*entry, n int, bySource bool) []Example {
 		if len(out) == n {
 			break
 		}
-		out = append(out, Example{Key: e.key, Value: e.value, Source: orEmpty(e.srcPos), Destination: orEmpty(e.dstPos),
-			SourceCount: e.src, DestCount: e.dst})
+		ex := Example{Truncated: e.truncated, Source: orEmpty(e.srcPos), Destination: orEmpty(e.dstPos),
+			SourceCount: e.src, DestCount: e.dst}
+		text := func(b []byte) *string {
+			if b == nil {
+				return nil
+			}
+			s := string(b)
+			return &s
+		}
+		if utf8.Valid(e.key) && utf8.Valid(e.value) {
+			ex.Key, ex.Value = text(e.key), text(e.value)
+		} else {
+			b64 := func(b []byte) *string {
+				if b == nil {
+					return nil
+				}
+				s := base64.StdEncoding.EncodeToString(b)
+				return &s
+			}
+			ex.Key, ex.Value, ex.Encoding = b64(e.key), b64(e.value), "base64"
+		}
+		out = append(out, ex)
 	}
 	return out
 }
@@ -215,13 +246,21 @@ func identity(r *fold.Record, byValue bool) [32]byte {
 	return out
 }
 
-func short(b []byte) string {
+// short copies at most the first 64 bytes of b (keeping a null a null),
+// cut at a character boundary when b is UTF-8; cut says whether it was cut.
+func short(b []byte) (_ []byte, cut bool) {
 	const max = 64
 	if b == nil {
-		return ""
+		return nil, false
 	}
-	if len(b) > max {
-		return fmt.Sprintf("%q...", b[:max])
+	if len(b) <= max {
+		return append([]byte{}, b...), false
 	}
-	return fmt.Sprintf("%q", b)
+	n := max
+	if utf8.Valid(b) {
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+	}
+	return append([]byte{}, b[:n]...), true
 }

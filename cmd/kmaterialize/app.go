@@ -27,10 +27,9 @@ Exit codes: 0 ok, 1 unexpected error (also a corrupt database), 2 bad usage,
 3 data conflict, 4 incomplete replay, 5 Kafka unavailable or topic missing,
 6 key/table not found, 7 database busy (held by another process).
 
-Try: kmaterialize demo`,
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
+Try: kmaterialize demo (and kmaterialize help COMMAND)`,
+		Writer:    stdout,
+		ErrWriter: stderr,
 		// --version (-v) prints readBuildInfo (version.go); completion
 		// scripts ask the binary with --generate-bash-completion.
 		Version:              readBuildInfo().Version,
@@ -40,8 +39,8 @@ Try: kmaterialize demo`,
 		// never split at commas.
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON lines otherwise), console or json"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log `LEVEL`: debug, info, warn or error; before the command name"},
+			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "log `FORMAT`: auto (console on a terminal, JSON lines otherwise), console or json; before the command name"},
 		},
 		Commands: []*cli.Command{
 			rebuildCommand(),
@@ -67,7 +66,7 @@ Try: kmaterialize demo`,
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageErrorf("%v", err)
+			return explainUsage(c, err, args)
 		},
 	}
 	// A command's flag errors go to the command's OnUsageError, not the
@@ -91,20 +90,21 @@ Try: kmaterialize demo`,
 	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
 	err := app.RunContext(ctx, args)
 	if err == nil && unknown != "" {
-		err = &usageError{msg: fmt.Sprintf("unknown command %q", unknown), hint: "kmaterialize help"}
+		err = unknownCommand(app, unknown)
 	}
-	return finish(app, err, stderr)
+	return finish(app, err, args, stderr)
 }
 
 // finish prints err with its hint on stderr and returns its exit code.
-func finish(app *cli.App, err error, stderr io.Writer) int {
+func finish(app *cli.App, err error, args []string, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	removeCreatedDB(app)
 	code := exitCode(err)
 	// The final error passes the run's Redactor too: it may quote a
 	// library's message that quotes a secret.
-	msg, h := err.Error(), hint(err)
+	msg, h := err.Error(), personalHint(hint(err), args[1:], os.Getenv)
 	if red, ok := app.Metadata[metaRedactor].(*config.Redactor); ok {
 		msg, h = red.String(msg), red.String(h)
 	}

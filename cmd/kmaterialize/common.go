@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -61,7 +64,7 @@ func checkProps(brokers string, props map[string]string, kinds ...replay.ClientK
 }
 
 func stallFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this long (also bounds metadata requests)"}
+	return &cli.DurationFlag{Name: "stall-timeout", Value: 30 * time.Second, Usage: "fail when no partition makes progress for this `DURATION` (also bounds metadata requests)"}
 }
 
 // parseProps turns repeated -X key=value flags into a map, on top of the
@@ -143,7 +146,7 @@ func isTerminal(w any) bool {
 // database.
 func lockTimeoutFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "lock-timeout", Value: store.DefaultLockTimeout,
-		Usage: "how long to wait for another process holding the database before exiting 7 (0: do not wait)"}
+		Usage: "wait up to this `DURATION` for another process holding the database, then exit 7 (0: do not wait)"}
 }
 
 // lockTimeout is --lock-timeout as store.Options wants it: 0 there means the
@@ -161,14 +164,63 @@ func openRead(c *cli.Context) (*store.DB, error) {
 	if path == "" {
 		return nil, &usageError{msg: "--db is required", hint: "--db balances.db"}
 	}
+	if err := notDir(path); err != nil {
+		return nil, err
+	}
 	return store.Open(path, &store.Options{ReadOnly: true, LockTimeout: lockTimeout(c)})
 }
 
 // openWrite opens the database read-write for command (what the holder
 // record shows: the subcommand and its non-secret arguments), with bbolt's
-// page walk checked in a child process first (see pageCheck).
+// page walk checked in a child process first (see pageCheck). A file that
+// this open creates is remembered: if the command then fails with no table
+// in it, run removes it (removeCreatedDB), so a typo in --db or a broker
+// that is down leaves nothing behind.
 func openWrite(c *cli.Context, path, command string) (*store.DB, error) {
-	return store.Open(path, &store.Options{LockTimeout: lockTimeout(c), Command: command, PageCheck: pageCheck})
+	if err := notDir(path); err != nil {
+		return nil, err
+	}
+	_, statErr := os.Stat(path)
+	db, err := store.Open(path, &store.Options{LockTimeout: lockTimeout(c), Command: command, PageCheck: pageCheck})
+	if err == nil && errors.Is(statErr, fs.ErrNotExist) {
+		c.App.Metadata[metaCreatedDB] = path
+	}
+	return db, err
+}
+
+// metaCreatedDB is the App.Metadata key of the database file this run
+// created (see openWrite).
+const metaCreatedDB = "created-db"
+
+// notDir refuses a directory given as the database: bbolt would call it an
+// unsupported format.
+func notDir(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return &usageError{msg: fmt.Sprintf("--db %s is a directory; the database is a file", path),
+			hint: "--db " + filepath.Join(path, "tables.db")}
+	}
+	return nil
+}
+
+// removeCreatedDB removes the database file a failed run created, when it
+// holds no table (a run that published and then failed, say writing to
+// stdout, keeps it). The command's deferred Close has run by now; a file
+// another process opened meanwhile is kept (the open fails or finds its
+// table).
+func removeCreatedDB(app *cli.App) {
+	path, ok := app.Metadata[metaCreatedDB].(string)
+	if !ok {
+		return
+	}
+	db, err := store.Open(path, &store.Options{ReadOnly: true, LockTimeout: -1})
+	if err != nil {
+		return
+	}
+	tables, err := db.Tables()
+	db.Close()
+	if err == nil && len(tables) == 0 {
+		os.Remove(path)
+	}
 }
 
 // kafkaOptions are what every command that talks to Kafka needs.

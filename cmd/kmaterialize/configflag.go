@@ -22,20 +22,79 @@ const (
 )
 
 // configFlag is --config on every command that takes --db, --brokers or -X.
+// Its usage is generic here; withConfig rewrites it, once the command's
+// flags are known, to say what the file supplies for that command.
 func configFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", EnvVars: []string{configEnv},
-		Usage: "YAML config `FILE` (as kmaterialize serve reads) supplying --db, --brokers, -X and, with --table, the table's topic and fold options; flags win over it"}
+		Usage: "YAML config `FILE` (as kmaterialize serve reads); flags win over it"}
 }
 
-// configHelp is the paragraph on --config in the help of the commands
-// that take it.
-const configHelp = `
-With --config FILE (or KMATERIALIZE_CONFIG=FILE), the file supplies the
-database, the brokers and the librdkafka properties (with ${NAME} taken from
-the environment in db, socket, brokers, properties and catalog); rebuild --table NAME also takes the table's topic, fold and
-options from it, so it builds exactly the table the daemon builds. A flag
-given on the command line (or through its environment variable) wins over
-the file.`
+// configSupplies lists what the config file gives cmd, as the help says it
+// and as the fields are named in the file: only what cmd has a flag for
+// (applyConfig and the commands' readers of the file take exactly these).
+func configSupplies(cmd *cli.Command) (long, short []string) {
+	add := func(l, s string) { long, short = append(long, l), append(short, s) }
+	if hasFlag(cmd, "db") {
+		add("the database (db)", "db")
+	}
+	if hasFlag(cmd, "brokers") {
+		add("the brokers (kafka.brokers)", "kafka.brokers")
+	}
+	if hasFlag(cmd, "X") {
+		add("the librdkafka properties (kafka.properties)", "kafka.properties")
+	}
+	if hasFlag(cmd, "schema-registry") {
+		add("the Schema Registry (schema_registry)", "schema_registry")
+	}
+	if hasFlag(cmd, "topic") && hasFlag(cmd, "table") {
+		add("with --table NAME, that table's topic, fold and options (tables)", "with --table, the table's definition")
+	}
+	return long, short
+}
+
+// and joins items as a sentence does: "a, b and c" ("a and, with x, c"
+// when the last one is a condition).
+func and(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	sep := " and "
+	if strings.HasPrefix(items[len(items)-1], "with ") {
+		sep = " and, "
+	}
+	return strings.Join(items[:len(items)-1], ", ") + sep + items[len(items)-1]
+}
+
+// configHelp is the paragraph on --config in the help of cmd, which takes
+// it.
+func configHelp(cmd *cli.Command) string {
+	long, _ := configSupplies(cmd)
+	text := "With --config FILE (or KMATERIALIZE_CONFIG=FILE), the file supplies " + and(long) + "."
+	text += " ${NAME} is taken from the environment in db, socket, kafka.brokers, kafka.properties and catalog."
+	if hasFlag(cmd, "topic") && hasFlag(cmd, "table") {
+		text += " So " + cmd.Name + " --config FILE --table NAME builds exactly the table the daemon builds."
+	}
+	text += " A flag given on the command line (or through its environment variable) wins over the file."
+	return "\n" + wrap(text, 76)
+}
+
+// wrap breaks text into lines of at most width bytes, at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n")
+			n = 0
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
 
 // withConfig makes cmd read --config (or KMATERIALIZE_CONFIG) before its
 // action: a file that does not load is exit 2 naming the line, before any
@@ -46,7 +105,11 @@ func withConfig(cmd *cli.Command) {
 	if cmd.Action == nil || !hasFlag(cmd, "config") || cmd.Name == "serve" {
 		return
 	}
-	cmd.Description += "\n" + configHelp
+	if f, ok := findFlag(cmd.Flags, "config").(*cli.StringFlag); ok {
+		_, short := configSupplies(cmd)
+		f.Usage = "YAML config `FILE` (as kmaterialize serve reads) supplying " + and(short) + "; flags win over it"
+	}
+	cmd.Description += "\n" + configHelp(cmd)
 	action := cmd.Action
 	cmd.Action = func(c *cli.Context) error {
 		path := c.String("config")

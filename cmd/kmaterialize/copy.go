@@ -34,7 +34,9 @@ id fences the first, which exits 1. The consumer uses static membership
 (group.instance.id kmaterialize-copy-<transactional id>), so a copier
 restarted after a crash gets its partitions back at once.
 
-The last line on stdout is a JSON summary: records, transactions, committed.
+The last line on stdout is a JSON summary: records, transactions, committed
+(true when this run committed at least one transaction; false with --abort
+and for a run that committed nothing, even one that failed at the start).
 
 Progress goes to stderr: a bar per assigned source partition on a terminal,
 JSON progress lines every --progress-interval otherwise (--progress).
@@ -98,7 +100,7 @@ Examples:
 				CallTimeout: c.Duration("call-timeout"), Log: k.log,
 				Progress: prog.Update, ProgressInterval: prog.Tick(),
 			})
-			prog.Finish()
+			endProgress(prog, err)
 			line, _ := json.Marshal(sum)
 			fmt.Fprintln(stdoutOf(c), string(line))
 			if errors.Is(err, copier.ErrBadDestination) {

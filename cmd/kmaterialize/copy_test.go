@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -249,25 +250,25 @@ func groupOffsets(t *testing.T, group, topic string) map[int32]int64 {
 
 // verifyReport is the JSON `verify` prints.
 type verifyReport struct {
-	SourceRecords      int64 `json:"source_records"`
-	DestinationRecords int64 `json:"destination_records"`
-	Missing            int64 `json:"missing"`
-	Duplicated         int64 `json:"duplicated"`
-	OK                 bool  `json:"ok"`
-	MissingExamples    []struct {
-		Value       string `json:"value"`
-		Source      []pos  `json:"source"`
-		Destination []pos  `json:"destination"`
-		SourceCount int64  `json:"source_count"`
-		DestCount   int64  `json:"destination_count"`
-	} `json:"missing_examples"`
-	DuplicatedExamples []struct {
-		Value       string `json:"value"`
-		Source      []pos  `json:"source"`
-		Destination []pos  `json:"destination"`
-		SourceCount int64  `json:"source_count"`
-		DestCount   int64  `json:"destination_count"`
-	} `json:"duplicated_examples"`
+	SourceRecords      int64           `json:"source_records"`
+	DestinationRecords int64           `json:"destination_records"`
+	Missing            int64           `json:"missing"`
+	Duplicated         int64           `json:"duplicated"`
+	OK                 bool            `json:"ok"`
+	MissingExamples    []verifyExample `json:"missing_examples"`
+	DuplicatedExamples []verifyExample `json:"duplicated_examples"`
+}
+
+// verifyExample is one of the report's examples.
+type verifyExample struct {
+	Key         *string `json:"key"`
+	Value       *string `json:"value"`
+	Encoding    string  `json:"encoding"`
+	Truncated   bool    `json:"truncated"`
+	Source      []pos   `json:"source"`
+	Destination []pos   `json:"destination"`
+	SourceCount int64   `json:"source_count"`
+	DestCount   int64   `json:"destination_count"`
 }
 
 type pos struct {
@@ -631,9 +632,10 @@ func TestCopySummary(t *testing.T) {
 	checkExactlyOnce(t, src, n.dst)
 	verifyClean(t, n, countCommitted(src))
 
+	// Nothing left to copy: a run that committed nothing says so.
 	r = mustCLI(t, 0, n.copyArgs()...)
-	if sum := lastSummary(t, r.stdout); sum.Records != 0 || !sum.Committed {
-		t.Fatalf("second copy summary %+v, want 0 records", sum)
+	if sum := lastSummary(t, r.stdout); sum.Records != 0 || sum.Transactions != 0 || sum.Committed {
+		t.Fatalf("second copy summary %+v, want 0 records in 0 transactions, committed false", sum)
 	}
 	checkExactlyOnce(t, src, n.dst)
 }
@@ -689,6 +691,10 @@ func TestCopyExitCodes(t *testing.T) {
 	r := mustCLI(t, 2, n.copyArgs()...)
 	if !strings.Contains(r.stderr, "partitions") || !strings.Contains(r.stderr, "--repartition") {
 		t.Fatalf("fewer destination partitions: stderr does not explain:\n%s", r.stderr)
+	}
+	// The refused run's summary says that it did nothing.
+	if sum := lastSummary(t, r.stdout); sum.Committed || sum.Records != 0 || sum.Transactions != 0 {
+		t.Fatalf("refused copy's summary %+v, want committed false, no records, no transactions", sum)
 	}
 	if got := readCommittedValues(t, n.dst, partitionMarks(n.dst, false)); len(got) != 0 {
 		t.Fatalf("a refused copy wrote %v", got)
@@ -763,13 +769,53 @@ func TestVerifyCLIMissingAndDuplicated(t *testing.T) {
 		t.Fatalf("report examples %+v, want one of each", rep)
 	}
 	m := rep.MissingExamples[0]
-	if m.Value != `"v3"` || m.SourceCount != 1 || m.DestCount != 0 || len(m.Destination) != 0 ||
+	if m.Value == nil || *m.Value != "v3" || m.Key == nil || *m.Key != "k3" || m.SourceCount != 1 || m.DestCount != 0 || len(m.Destination) != 0 ||
 		!cmp.Equal(m.Source, where(src, "v3")) {
 		t.Fatalf("missing example %+v, want v3 at source %v", m, where(src, "v3"))
 	}
 	d := rep.DuplicatedExamples[0]
-	if d.Value != `"v6"` || d.SourceCount != 1 || d.DestCount != 2 ||
+	if d.Value == nil || *d.Value != "v6" || d.SourceCount != 1 || d.DestCount != 2 ||
 		!cmp.Equal(d.Source, where(src, "v6")) || !cmp.Equal(d.Destination, where(dst, "v6")) {
 		t.Fatalf("duplicated example %+v, want v6 at source %v and destination %v", d, where(src, "v6"), where(dst, "v6"))
+	}
+}
+
+// TestVerifyExamplesEncodedOnce: the examples show keys and values as the
+// records hold them, encoded once by the report's JSON: text as text, a
+// null key and a tombstone as null, a value that is not UTF-8 as base64
+// (saying so), and a long value cut at a character boundary (saying so).
+func TestVerifyExamplesEncodedOnce(t *testing.T) {
+	n := newCopyNames(t)
+	for _, tp := range []string{n.src, n.dst} {
+		if err := broker.CreateTopic(tp, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := strings.Repeat("é", 40) // 80 bytes, two per character
+	recs := []localkafka.Record{
+		{Key: []byte(`k "quoted"`), Value: []byte(`{"a":1}`)},
+		{Key: nil, Value: []byte("no key")},
+		{Key: []byte("gone"), Value: nil},
+		{Key: []byte("bin"), Value: []byte{0xff, 0x00, 'x'}},
+		{Key: []byte("long"), Value: []byte(long)},
+	}
+	produce(t, n.src, recs) // the destination stays empty: all missing
+	rep := runVerifyCLI(t, n, 3)
+	if rep.Missing != int64(len(recs)) || len(rep.MissingExamples) != len(recs) {
+		t.Fatalf("report %+v, want all %d records missing, one example each", rep, len(recs))
+	}
+	str := func(s string) *string { return &s }
+	want := []verifyExample{
+		{Key: str(`k "quoted"`), Value: str(`{"a":1}`)},
+		{Key: nil, Value: str("no key")},
+		{Key: str("gone"), Value: nil},
+		{Key: str(base64.StdEncoding.EncodeToString([]byte("bin"))), Value: str(base64.StdEncoding.EncodeToString([]byte{0xff, 0x00, 'x'})), Encoding: "base64"},
+		{Key: str("long"), Value: str(long[:64]), Truncated: true}, // 32 whole characters
+	}
+	for i := range want {
+		want[i].Source, want[i].Destination, want[i].SourceCount = []pos{{0, int64(i)}}, []pos{}, 1
+	}
+	if diff := cmp.Diff(want, rep.MissingExamples); diff != "" {
+		t.Fatalf("missing examples (-want +got):\n%s", diff)
 	}
 }

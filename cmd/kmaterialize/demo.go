@@ -79,7 +79,7 @@ func runDemo(c *cli.Context) error {
 	}
 	cfg.Progress, cfg.ProgressInterval = prog.Update, prog.Tick()
 	rep, err := materialize.Rebuild(c.Context, materialize.Options{DB: db, Replay: cfg, Log: log})
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return fmt.Errorf("demo rebuild failed: %w", err)
 	}

@@ -53,8 +53,9 @@ func TestCallbackPanicIsInternalError(t *testing.T) {
 			ExitErrHandler: func(*cli.Context, error) {},
 			Metadata:       map[string]any{"stderr": &stderr},
 		}
-		err := app.RunContext(context.Background(), []string{"kmaterialize", "--log-level", "debug", "--log-format", "json", "read"})
-		code := finish(app, err, &stderr)
+		args := []string{"kmaterialize", "--log-level", "debug", "--log-format", "json", "read"}
+		err := app.RunContext(context.Background(), args)
+		code := finish(app, err, args, &stderr)
 		t.Logf("exit %d, stderr:\n%s", code, stderr.String())
 		return code, stderr.String()
 	}

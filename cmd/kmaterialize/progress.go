@@ -17,7 +17,7 @@ func progressFlag() cli.Flag {
 }
 
 func progressIntervalFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"}
+	return &cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often --progress lines logs progress (the default when stderr is not a terminal)"}
 }
 
 // withProgressFlag gives --progress to every command that has
@@ -26,6 +26,16 @@ func withProgressFlag(cmd *cli.Command) {
 	if hasFlag(cmd, "progress-interval") && !hasFlag(cmd, "progress") {
 		cmd.Flags = append(cmd.Flags, progressFlag())
 	}
+}
+
+// endProgress ends prog as the run ended: done for a clean stop (err nil),
+// stopped otherwise.
+func endProgress(prog *progressview.View, err error) {
+	if err == nil {
+		prog.Done()
+		return
+	}
+	prog.Finish()
 }
 
 // newProgress returns the command's progress view on stderr: bars on a

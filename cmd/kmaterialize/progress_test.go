@@ -159,3 +159,34 @@ func checkProgress(t *testing.T, what string, got map[string]*topicProgress, top
 			what, topic, tp.records, tp.done, tp.half, records, len(marks), len(marks))
 	}
 }
+
+// TestCopyMaxRecordsBarsDone: a copy that stops cleanly at --max-records,
+// short of the source's end, draws every bar done where it stopped (not
+// stopped, which is for a failed or interrupted run), at most at the
+// partition's end.
+func TestCopyMaxRecordsBarsDone(t *testing.T) {
+	n := newCopyNames(t)
+	copySource(t, n.src, 300)
+	if err := broker.CreateTopic(n.dst, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	res := mustCLI(t, 0, append([]string{"--log-format", "json"}, n.copyArgs("--max-records", "10", "--batch-records", "5", "--progress", "bars")...)...)
+	marks := partitionMarks(n.src, false)
+	bars := lastBars(t, res.stderr, n.src)
+	if len(bars) == 0 {
+		t.Fatalf("no bars drawn:\n%s", res.stderr)
+	}
+	short := false
+	for p, b := range bars {
+		if b.note != "done" || b.end != marks[p] || b.position > b.end {
+			t.Errorf("partition %d: bar %+v, want done at or below its end %d", p, b, marks[p])
+		}
+		short = short || b.position < b.end
+	}
+	if !short {
+		t.Fatalf("every bar reached its end with --max-records 10 of 300: the test proves nothing\n%s", res.stderr)
+	}
+	if sum := lastSummary(t, res.stdout); sum.Records != 10 || !sum.Committed {
+		t.Fatalf("summary %+v, want 10 records committed", sum)
+	}
+}

@@ -108,7 +108,7 @@ Examples:
 			&cli.StringFlag{Name: "to-offsets", Usage: "end offsets `P=OFFSET[,P=OFFSET]` (exclusive); partitions not named end at the end mark"},
 			&cli.IntFlag{Name: "keep", Usage: "keep the `N` previous generations in the file (with their checkpoints) for rollback and diff", DefaultText: "0, or the config file's keep"},
 			&cli.StringFlag{Name: "max-change", Usage: "refuse to publish (exit 3) a rebuild that adds, removes or changes more than `PERCENT` of the table's keys", DefaultText: "off, or the config file's max_change"},
-			&cli.StringFlag{Name: "end", Value: "high", Usage: "end mark: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
+			&cli.StringFlag{Name: "end", Value: "high", Usage: "end `MARK`: high (high watermark; waits for open transactions) or stable (last stable offset; never waits)"},
 			stallFlag(), propsFlag(),
 			&cli.BoolFlag{Name: "allow-empty", Usage: "publish even if no record contributes a row, replacing a table that has rows"},
 			progressIntervalFlag(),
@@ -439,7 +439,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 		defer stopProfile()
 	}
 	rep, err := materialize.Rebuild(c.Context, opts)
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}

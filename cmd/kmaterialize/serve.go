@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
@@ -23,7 +24,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
 		Usage:     "run the daemon: keep the config's tables published and answer other processes over a unix socket",
-		UsageText: "kmaterialize serve --config FILE [-F PROPERTIES-FILE] [--lock-timeout DURATION]",
+		UsageText: "kmaterialize serve --config FILE [-F PROPERTIES-FILE] [--lock-timeout DURATION]\n   kmaterialize serve --check-config FILE [-F PROPERTIES-FILE] [--check-kafka]",
 		Description: `Holds the database named by the config file, builds every configured table
 that has never been published, rebuilds tables on their schedules and on
 request, and answers reads over HTTP on a unix socket (and on the optional
@@ -104,14 +105,28 @@ finish, abandons unpublished rebuilds and exits 0; a second signal exits at
 once. With systemd Type=notify, READY=1 is sent once the socket serves (not
 once every table is built: GET /readyz says that).
 
+--check-config FILE checks the file as serve would at start (and on
+SIGHUP), prints what it found and exits, like nginx -t: 0 when it would
+start, 2 naming the file and line otherwise. It opens neither the database
+nor the socket. With --check-kafka it also asks the brokers, with the
+config's connection and properties, for every configured table's topic:
+5 when they do not answer or a topic does not exist.
+
 Exit codes: 0 after a signal, 2 for a config that does not load or a value
 the daemon refuses, 7 when another process holds the database.
 
 Examples:
   $ kmaterialize serve --config /etc/kmaterialize/kmaterialize.yaml
+  $ kmaterialize serve --check-config /etc/kmaterialize/kmaterialize.yaml --check-kafka
   $ curl --unix-socket /run/kmaterialize/tables.sock http://kmaterialize/v1/tables/balances/keys/acct-42
   $ kill -HUP $(pidof kmaterialize)     # reload the config`,
-		Flags:  []cli.Flag{configFlag(), lockTimeoutFlag(), propsFileFlag()},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", EnvVars: []string{configEnv},
+				Usage: "YAML config `FILE` (required): the database, socket and listen address, the Kafka connection, the Schema Registry and the tables to serve (format below)"},
+			&cli.StringFlag{Name: "check-config", Usage: "check the config `FILE` as serve would, print what it holds and exit (0, or 2 naming file and line)"},
+			&cli.BoolFlag{Name: "check-kafka", Usage: "with --check-config: also check that the brokers answer and every table's topic exists (exit 5 otherwise)"},
+			lockTimeoutFlag(), propsFileFlag(),
+		},
 		Action: runServe,
 	}
 }
@@ -121,6 +136,12 @@ Examples:
 func runServe(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usageErrorf("unexpected argument %q", c.Args().First())
+	}
+	if check := c.String("check-config"); check != "" {
+		return checkServeConfig(c, check)
+	}
+	if c.Bool("check-kafka") {
+		return &usageError{msg: "--check-kafka goes with --check-config FILE", hint: "kmaterialize serve --check-config " + orExample(c.String("config")) + " --check-kafka"}
 	}
 	path := c.String("config")
 	if path == "" {
@@ -143,13 +164,7 @@ func runServe(c *cli.Context) error {
 	// The file's secrets, before anything can print them.
 	red := redactorOf(c)
 	red.Add(cfg.Secrets()...)
-	srv, err := serve.New(serve.Config{
-		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
-		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
-		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
-		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
-		Update: serveUpdate(cfg),
-	})
+	srv, err := serve.New(serveConfig(c, cfg, path, log))
 	if err != nil {
 		return err
 	}
@@ -179,6 +194,83 @@ func runServe(c *cli.Context) error {
 	cancel()
 	<-reloaded
 	return err
+}
+
+// serveConfig is the daemon's configuration from the config file cfg
+// loaded from path.
+func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Logger) serve.Config {
+	return serve.Config{
+		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
+		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
+		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
+		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
+		Update: serveUpdate(cfg),
+	}
+}
+
+// checkServeConfig is serve --check-config: every check serve makes at
+// start short of opening the database and the socket (the file, -F,
+// librdkafka's verdict on the properties, the Schema Registry settings,
+// the daemon's own validation), and with --check-kafka the brokers and
+// every table's topic. It prints what the file holds on stdout.
+func checkServeConfig(c *cli.Context, path string) error {
+	if c.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", c.Args().First())
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadServeConfig(path, c.String("F"))
+	if err != nil {
+		return err
+	}
+	redactorOf(c).Add(cfg.Secrets()...)
+	if st, err := os.Stat(cfg.DB); err == nil && st.IsDir() {
+		return &config.Error{Path: path, Field: "db", Msg: fmt.Sprintf("%s is a directory; the database is a file", cfg.DB)}
+	}
+	if _, err := serve.New(serveConfig(c, cfg, path, log)); err != nil {
+		// serve's own checks (socket mode and group, listen, table names)
+		// name the field; the file is this one.
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	out := stdoutOf(c)
+	fmt.Fprintf(out, "config %s: ok: db %s, socket %s, %d table(s)\n", path, cfg.DB, cfg.Socket, len(cfg.Tables))
+	for _, t := range cfg.Tables {
+		line := fmt.Sprintf("  table %s: topic %s, fold %s", t.Spec.Name, t.Spec.Topic, t.Spec.Fold)
+		if t.Schedule != "" {
+			line += ", schedule " + t.Schedule
+		}
+		if t.Follow {
+			line += ", follow"
+		}
+		fmt.Fprintln(out, line)
+	}
+	if !c.Bool("check-kafka") {
+		return nil
+	}
+	for _, t := range cfg.Tables {
+		stall := t.Spec.StallTimeout
+		if stall <= 0 {
+			stall = 30 * time.Second
+		}
+		plan, err := replay.Inspect(c.Context, replay.Config{Brokers: cfg.Kafka.Brokers, Props: cfg.Kafka.Properties,
+			Topic: t.Spec.Topic, StallTimeout: stall, Log: log})
+		if err != nil {
+			return fmt.Errorf("config %s:%d: table %q: topic %q: %w", path, t.Line, t.Spec.Name, t.Spec.Topic, config.Scrub(err, cfg.Kafka.Properties))
+		}
+		fmt.Fprintf(out, "  topic %s: %d partition(s)\n", t.Spec.Topic, len(plan.Partitions))
+	}
+	fmt.Fprintf(out, "kafka %s: ok: every table's topic exists\n", cfg.Kafka.Brokers)
+	return nil
+}
+
+// orExample is path, or an example path when it is empty.
+func orExample(path string) string {
+	if path == "" {
+		return "/etc/kmaterialize/kmaterialize.yaml"
+	}
+	return path
 }
 
 // loadServeConfig loads the file and checks what serve needs beyond what

@@ -63,8 +63,8 @@ Examples:
 		Flags: []cli.Flag{
 			configFlag(), brokersFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(), propsFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
-			&cli.StringFlag{Name: "end", Usage: "end mark: high or stable (default: the table's stored one)"},
-			&cli.DurationFlag{Name: "stall-timeout", Usage: "fail when no partition makes progress for this long (default: the table's stored one, else 30s)"},
+			&cli.StringFlag{Name: "end", Usage: "end `MARK`: high or stable", DefaultText: "the table's stored one"},
+			&cli.DurationFlag{Name: "stall-timeout", Usage: "fail when no partition makes progress for this `DURATION`", DefaultText: "the table's stored one, else 30s"},
 			&cli.StringFlag{Name: "memory", Usage: "bound `SIZE` (e.g. 64MiB) on the memory for records and rows (default: the table's stored one, else 256MiB)"},
 			&cli.BoolFlag{Name: "rebuild-if-needed", Usage: "run a full rebuild when the checkpoint cannot be continued, instead of exiting 4"},
 			&cli.DurationFlag{Name: "progress-interval", Value: 5 * time.Second, Usage: "how often to log progress when stderr is not a terminal"},
@@ -163,7 +163,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 	}
 	log.Info().Str(keyTable, table).Str("db", o.dbPath).Msg("update started")
 	rep, err := materialize.Update(c.Context, o.opts)
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return fmt.Errorf("update of table %q failed, nothing published: %w", table, config.Scrub(err, o.opts.Props))
 	}

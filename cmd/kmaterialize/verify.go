@@ -43,7 +43,7 @@ func runVerify(c *cli.Context) error {
 	rep, err := verify.Run(c.Context, verify.Config{Brokers: k.brokers, Props: k.props, From: c.String("from"), To: c.String("to"),
 		ByValue: by == "value", StallTimeout: stall, Examples: c.Int("examples"), Log: k.log,
 		Progress: prog.Update, ProgressInterval: prog.Tick()})
-	prog.Finish()
+	endProgress(prog, err)
 	if err != nil {
 		return err
 	}

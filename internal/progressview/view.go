@@ -3,9 +3,16 @@
 // end, rate, ETA), drawn with mpb, with log lines printed above the bars;
 // periodic JSON (or console) progress log lines on any other output.
 //
+// A bar's last column says how its partition ended: "done" once complete,
+// and for a bar left open by a run that stopped cleanly (Done: a copy
+// with --max-records, or --follow stopped by a signal); "stopped" where a
+// failed or interrupted run left it (Finish). A partition that waits on an
+// open transaction shows no rate and no ETA: it is not moving, and an ETA
+// from its average rate would be a guess.
+//
 // A View is fed replay.Progress snapshots by the goroutine that runs the
-// work, and closed with Finish by the same owner. It owns the bars' render
-// goroutines (mpb's) and ends them in Finish.
+// work, and closed with Done or Finish by the same owner. It owns the bars'
+// render goroutines (mpb's) and ends them there.
 package progressview
 
 import (
@@ -81,6 +88,9 @@ type View struct {
 	logged   bool // last was logged
 	lastLog  time.Time
 	finished bool
+	// clean is set by Done before the open bars are aborted: their
+	// decorators (on mpb's goroutines) then say done, not stopped.
+	clean atomic.Bool
 }
 
 type barKey struct {
@@ -145,10 +155,19 @@ func (v *View) Update(pr replay.Progress) {
 	}
 }
 
+// Done is Finish for a run that ended cleanly: a bar still open (a copy
+// that stopped at --max-records, or after a signal with --follow) stops
+// where it is and says done.
+func (v *View) Done() {
+	v.clean.Store(true)
+	v.Finish()
+}
+
 // Finish shows the last snapshot as it ended (the bars stop where they
-// are, complete or not; Lines logs it, every partition, unless it was
-// logged already) and stops
-// the bars' goroutines. The View shows nothing after it.
+// are, complete or not, an open one saying stopped; Lines logs it, every
+// partition, unless it was logged already) and stops the bars' goroutines.
+// The View shows nothing after it; a second call (a deferred Finish after
+// Done) does nothing.
 func (v *View) Finish() {
 	v.mu.Lock()
 	if v.finished {
@@ -265,8 +284,22 @@ func (v *View) newBar(k barKey) *bar {
 				s := state()
 				return fmt.Sprintf("%d/%d", s.Position, s.End)
 			}, decor.WCSyncSpace),
-			decor.AverageSpeed(0, "%.0f offsets/s", decor.WCSyncSpace),
-			decor.OnAbort(decor.OnComplete(decor.AverageETA(decor.ET_STYLE_GO, decor.WCSyncSpace), "done"), "stopped"),
+			// No rate or ETA while the partition waits on an open
+			// transaction: it is not moving.
+			override(decor.AverageSpeed(0, "%.0f offsets/s", decor.WCSyncSpace), func(decor.Statistics) (string, bool) {
+				return "", state().State == replay.StateWaiting
+			}),
+			override(decor.AverageETA(decor.ET_STYLE_GO, decor.WCSyncSpace), func(st decor.Statistics) (string, bool) {
+				switch {
+				case st.Completed, st.Aborted && v.clean.Load():
+					return "done", true
+				case st.Aborted:
+					return "stopped", true
+				case state().State == replay.StateWaiting:
+					return "", true
+				}
+				return "", false
+			}),
 			decor.Any(func(decor.Statistics) string {
 				if s := state(); s.State == replay.StateWaiting {
 					return fmt.Sprintf("waiting: an open transaction holds the LSO at %d", s.Position)
@@ -277,6 +310,27 @@ func (v *View) newBar(k barKey) *bar {
 	)
 	return b
 }
+
+// override shows what instead returns, when it says so, in place of d's
+// own text (in d's column). It unwraps to d, so mpb still drives d (the
+// average decorators' start time).
+func override(d decor.Decorator, instead func(decor.Statistics) (string, bool)) decor.Decorator {
+	return overridden{d, instead}
+}
+
+type overridden struct {
+	decor.Decorator
+	instead func(decor.Statistics) (string, bool)
+}
+
+func (o overridden) Decor(st decor.Statistics) (string, int) {
+	if str, ok := o.instead(st); ok {
+		return o.Format(str)
+	}
+	return o.Decorator.Decor(st)
+}
+
+func (o overridden) Unwrap() decor.Decorator { return o.Decorator }
 
 // aboveBars writes log lines above the bars while they are drawn, and to
 // fallback once the bars' container has ended (a line logged between

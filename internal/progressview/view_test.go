@@ -69,6 +69,9 @@ func TestBars(t *testing.T) {
 	log.Info().Msg("a line above the bars")
 	reading := regexp.MustCompile(`(?m)^orders p0 +\[=+>?-+\] +60/110 +\d+ offsets/s +\S+s`)
 	waitFor(t, "frame with p0 at 60/110 with rate and ETA", func() bool { return reading.MatchString(out.String()) })
+	// The waiting partition is not moving: no rate, no ETA, only why.
+	waiting := regexp.MustCompile(`(?m)^orders p1 +\[[^\]]*\] +7/9 +waiting: an open transaction holds the LSO at 7$`)
+	waitFor(t, "frame with p1 waiting without rate or ETA", func() bool { return waiting.MatchString(out.String()) })
 	v.Finish()
 	if !restored {
 		t.Fatal("Finish did not restore the log's writer")
@@ -89,6 +92,36 @@ func TestBars(t *testing.T) {
 	v.Update(snap)
 	if len(out.String()) != n {
 		t.Fatal("an Update after Finish drew")
+	}
+}
+
+// TestBarsDone: a run that stops cleanly with a partition short of its
+// end (a copy at --max-records) draws that bar done where it stopped,
+// never stopped.
+func TestBarsDone(t *testing.T) {
+	var out syncBuffer
+	v := progressview.New(progressview.Options{Mode: progressview.Bars, Out: &out, Width: 120, RefreshRate: 20 * time.Millisecond})
+	v.Update(replay.Progress{Topic: "orders", Records: 50, Partitions: []replay.PartitionProgress{
+		{Partition: 0, Start: 10, Position: 60, End: 110, State: replay.StateReading},
+		{Partition: 1, Start: 0, Position: 9, End: 9, State: replay.StateDone},
+	}})
+	v.Done()
+	v.Finish() // a deferred Finish after Done changes nothing
+	text := out.String()
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	last := map[string]string{}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 1 {
+			last[f[1]] = l
+		}
+	}
+	for p, re := range map[string]string{"p0": `^orders p0 +\[.*\] +60/110 .*done`, "p1": `^orders p1 +\[.*\] +9/9 .*done`} {
+		if !regexp.MustCompile(re).MatchString(last[p]) {
+			t.Errorf("last frame of %s %q does not match %s\n%s", p, last[p], re, text)
+		}
+	}
+	if strings.Contains(text, "stopped") {
+		t.Fatalf("a clean stop drew a bar stopped:\n%s", text)
 	}
 }
 
