@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -49,6 +50,10 @@ var (
 	// ErrKeyNotFound is returned (as *KeyNotFoundError) by Get when the
 	// table has no row with that key.
 	ErrKeyNotFound = errors.New("key not found")
+	// ErrNoDatabase is returned (as *NoDatabaseError, which is also
+	// fs.ErrNotExist) by a read-only Open, Check and Inspect when the file
+	// is missing or empty: no table has been built there, so none is found.
+	ErrNoDatabase = errors.New("no database")
 	// ErrCorrupt is returned by Open, reads and Publish when the file is
 	// damaged (as *CorruptError: bad meta pages, a file shorter than its
 	// page count, a page that faults or fails bbolt's checks when read) or
@@ -166,4 +171,23 @@ func (e *PanicError) Is(target error) bool { return target == ErrInternal }
 func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
+}
+
+// NoDatabaseError is a read of a database file that is missing (or
+// empty: a create that never wrote its first transaction).
+type NoDatabaseError struct {
+	Path  string
+	Empty bool
+}
+
+func (e *NoDatabaseError) Error() string {
+	if e.Empty {
+		return fmt.Sprintf("database %s is an empty file (nothing has been built there yet)", e.Path)
+	}
+	return fmt.Sprintf("no database at %s (nothing has been built there yet)", e.Path)
+}
+
+// Is makes a missing database both ErrNoDatabase and fs.ErrNotExist.
+func (e *NoDatabaseError) Is(target error) bool {
+	return target == ErrNoDatabase || target == fs.ErrNotExist
 }

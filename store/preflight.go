@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"io/fs"
 	"os"
 	"strings"
 )
@@ -251,11 +250,8 @@ func allZero(b []byte) bool {
 
 func joinReasons(rs []string) string { return strings.Join(rs, "; ") }
 
-// notExist wraps fs.ErrNotExist for a read-only open of a file that is
-// missing or empty: nothing has been built there.
+// notExist is the error of a read-only open of a file that is missing or
+// empty: nothing has been built there.
 func notExist(path string, empty bool) error {
-	if empty {
-		return fmt.Errorf("database %s is an empty file (nothing has been built there yet): %w", path, fs.ErrNotExist)
-	}
-	return fmt.Errorf("no database at %s (nothing has been built there yet): %w", path, fs.ErrNotExist)
+	return &NoDatabaseError{Path: path, Empty: empty}
 }

@@ -15,6 +15,19 @@ import (
 // run builds the app and maps its error to an exit code; it is main without
 // the process, so tests can call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := newApp(args, stdout, stderr)
+	unknown := ""
+	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
+	err := app.RunContext(ctx, args)
+	if err == nil && unknown != "" {
+		err = unknownCommand(app, unknown)
+	}
+	return finish(app, err, args, stderr)
+}
+
+// newApp is the CLI: its commands, flags and the hooks every command gets.
+// args are the command line it will run, for the usage errors' hints.
+func newApp(args []string, stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:  "kmaterialize",
 		Usage: "rebuild tables from Kafka topics into an embedded bbolt database",
@@ -85,14 +98,8 @@ Try: kmaterialize demo (and kmaterialize help COMMAND)`,
 		withProgressFlag(cmd)
 		withInternalStack(cmd)
 	}
-	unknown := ""
-	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
 	app.Metadata = map[string]any{"stdout": stdout, "stderr": stderr}
-	err := app.RunContext(ctx, args)
-	if err == nil && unknown != "" {
-		err = unknownCommand(app, unknown)
-	}
-	return finish(app, err, args, stderr)
+	return app
 }
 
 // finish prints err with its hint on stderr and returns its exit code.

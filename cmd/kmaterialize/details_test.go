@@ -407,7 +407,7 @@ func TestDrop(t *testing.T) {
 		t.Fatalf("second drop: stderr does not name the table with a hint:\n%s", r.stderr)
 	}
 	missing := filepath.Join(t.TempDir(), "none.db")
-	mustCLI(t, exitError, "drop", "--db", missing, "--table", gone)
+	mustCLI(t, exitNotFound, "drop", "--db", missing, "--table", gone)
 	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("drop on a missing file created it: %v", err)
 	}

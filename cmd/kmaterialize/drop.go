@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -54,8 +56,10 @@ Examples:
 			} else {
 				path := c.String("db")
 				// A read-write open would create a missing file.
-				if _, err := os.Stat(path); err != nil {
-					return fmt.Errorf("drop table %q: no database at %s: %w", table, path, err)
+				if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("drop table %q: %w", table, &store.NoDatabaseError{Path: path})
+				} else if err != nil {
+					return fmt.Errorf("drop table %q: %w", table, err)
 				}
 				db, err := openWrite(c, path, "kmaterialize drop --db "+path+" --table "+table)
 				if err != nil {

@@ -67,7 +67,7 @@ func exitCode(err error) int {
 	case errors.Is(err, replay.ErrStalled), errors.Is(err, replay.ErrRecordsRemoved),
 		errors.Is(err, context.Canceled), errors.Is(err, materialize.ErrCheckpointMoved):
 		return exitIncomplete
-	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound),
+	case errors.Is(err, store.ErrKeyNotFound), errors.Is(err, store.ErrTableNotFound), errors.Is(err, store.ErrNoDatabase),
 		errors.Is(err, replay.ErrGroupNotFound), errors.Is(err, store.ErrGenerationNotFound):
 		return exitNotFound
 	case errors.Is(err, store.ErrLocked):
@@ -137,6 +137,8 @@ func hint(err error) string {
 		return "kmaterialize rebuild --table NAME with the table's topic and fold options (or --config), once"
 	case errors.Is(err, store.ErrTableNotFound):
 		return "kmaterialize tables --db PATH"
+	case errors.Is(err, store.ErrNoDatabase):
+		return "check the --db path, or build a table there first: kmaterialize rebuild --db PATH --topic TOPIC"
 	case errors.Is(err, replay.ErrGroupNotFound):
 		return "check the group's name (kafka-consumer-groups.sh --list shows the groups), or drop --topic to see every topic it committed on"
 	case errors.Is(err, materialize.ErrTooManyChanges):

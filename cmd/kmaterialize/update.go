@@ -140,8 +140,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 	table := o.opts.Table
 	// An update of a file that is not there must not create it.
 	if _, err := os.Stat(o.dbPath); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("update of table %q: no database at %s: %w", table, o.dbPath,
-			&store.TableNotFoundError{Path: o.dbPath, Name: table})
+		return fmt.Errorf("update of table %q: %w", table, &store.NoDatabaseError{Path: o.dbPath})
 	}
 	db, err := openWrite(c, o.dbPath, fmt.Sprintf("kmaterialize update --db %s --table %s", o.dbPath, table))
 	if err != nil {
