@@ -349,6 +349,15 @@ func shellSegments(line string) []string {
 func parseOnly(args []string, out *bytes.Buffer) (app *cli.App, reached *string) {
 	app = newApp(args, out, out)
 	app.Setup() // adds the help command, whose action is replaced too
+	for i, cmd := range app.Commands {
+		if cmd.Name == "help" {
+			// urfave/cli's help command is one package variable: replace
+			// a copy's action, never the original's.
+			c := *cmd
+			c.Subcommands = nil
+			app.Commands[i] = &c
+		}
+	}
 	reached = new(string)
 	app.Before, app.After = nil, nil
 	app.Action = func(c *cli.Context) error { *reached = "kmaterialize"; return nil }

@@ -19,7 +19,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// Exit codes, as documented in the README and DESIGN.md.
+// Exit codes, as documented in docs/operations.md and DESIGN.md.
 const (
 	exitOK          = 0
 	exitError       = 1

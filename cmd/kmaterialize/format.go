@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Output formats: one vocabulary for every command's --format (the README's
+// Output formats: one vocabulary for every command's --format (docs/rebuild.md's
 // "Output formats" table says which command takes which).
 const (
 	formatText  = "text"  // for people: aligned columns, or a bare value

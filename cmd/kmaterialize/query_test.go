@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -115,8 +118,22 @@ func TestQueries(t *testing.T) {
 	}
 	checkTable(t, want, scanTable(t, db, s.topic))
 
-	// Queries on a database that does not exist.
-	mustCLI(t, exitError, "scan", "--db", dbPath(t), "--table", s.topic)
+	// Queries on a database that does not exist: no table is found there,
+	// and the query does not create the file.
+	missing := dbPath(t)
+	for _, args := range [][]string{
+		{"scan", "--db", missing, "--table", s.topic},
+		{"get", "--db", missing, "--table", s.topic, "k"},
+		{"tables", "--db", missing},
+		{"export", "--db", missing, "--table", s.topic},
+	} {
+		if r := mustCLI(t, exitNotFound, args...); !strings.Contains(r.stderr, "no database at "+missing) {
+			t.Fatalf("%q: stderr does not name the missing database:\n%s", args, r.stderr)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a query created %s: %v", missing, err)
+	}
 }
 
 // TestUsage: bad usage exits 2; demo runs end to end and prints its table.

@@ -3,7 +3,7 @@ package main
 // End-to-end tests of --value-format/--key-format with an in-process Schema
 // Registry (franz-go's srfake) next to the package's kfake broker. Records
 // are framed with franz-go's sr.ConfluentHeader and encoded with hamba/avro
-// here; the oracle is the JSON the README promises, built here from the
+// here; the oracle is the JSON docs/schema-registry.md promises, built from the
 // values encoded, compared by value (numbers exactly).
 
 import (

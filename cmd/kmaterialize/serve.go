@@ -29,7 +29,7 @@ func serveCommand() *cli.Command {
 that has never been published, rebuilds tables on their schedules and on
 request, and answers reads over HTTP on a unix socket (and on the optional
 TCP listen address). Readers keep the previous generation of a table while
-a rebuild runs. See the README for the HTTP API.
+a rebuild runs. The HTTP API: docs/daemon.md.
 
 The config file (YAML; an unknown field is an error naming its line):
 
