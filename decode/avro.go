@@ -23,10 +23,11 @@ import (
 // JSON by walking the writer's schema alongside it: the generic value
 // alone cannot tell a union's wrapper from a map, nor a decimal's scale.
 func (d *Decoder) decodeAvro(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	_, s, key, err := d.framedSchema(b, avrov2.SchemaType, "Avro", where)
+	f, err := d.framedSchema(b, avrov2.SchemaType, "Avro", where)
 	if err != nil {
 		return nil, err
 	}
+	s, key := f.schema, f.key
 	w, ok := s.built.(avro.Schema)
 	if !ok {
 		w, err = d.avroSchema(s.info)
@@ -37,6 +38,12 @@ func (d *Decoder) decodeAvro(c *codec, b []byte, where fold.Position) ([]byte, e
 			return nil, badf(err, "%s is not a usable Avro schema", key)
 		}
 		s.built = w
+	}
+	// hamba allocates from the lengths and counts it reads (the avrov2
+	// serde's hamba config is its own, with no allocation bound that
+	// can be set), so they are checked against the bytes first.
+	if err := avroCheck(w, f.body); err != nil {
+		return nil, badf(err, "not Avro of %s", key)
 	}
 	var v any
 	err = safely(func() error { return c.avro.DeserializeInto(d.topic, b, &v) })

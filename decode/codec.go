@@ -57,6 +57,9 @@ func (c *codec) decode(d *Decoder, b []byte, where fold.Position) ([]byte, error
 	case JSONSchema:
 		return d.decodeJSONSchema(c, b, where)
 	}
+	if err := jsonDepth(b); err != nil {
+		return nil, badf(err, "not JSON")
+	}
 	out, err := fold.CanonicalJSON(b)
 	if err != nil {
 		return nil, badf(err, "not JSON")

@@ -202,8 +202,9 @@ type schema struct {
 }
 
 // frame reads a payload's Schema Registry frame (magic byte and schema
-// id, and for Protobuf the message indexes) without the serde's own
-// reader, which panics on short input. It returns the frame's length.
+// id, and for Protobuf the message indexes, checked first: protoIndexes)
+// without the serde's own reader, which panics on short input. It returns
+// the frame's length.
 func frame(b []byte, schemaType string) (serde.SchemaID, int, error) {
 	sid := serde.SchemaID{SchemaType: schemaType}
 	switch {
@@ -215,6 +216,17 @@ func frame(b []byte, schemaType string) (serde.SchemaID, int, error) {
 		return sid, 0, badf(nil, "truncated: %d bytes, a Schema Registry frame with a GUID takes 17", len(b))
 	case b[0] != serde.MagicByteV0 && b[0] != serde.MagicByteV1:
 		return sid, 0, badf(nil, "magic byte 0x%02x: not a Schema Registry frame (want 0x00)", b[0])
+	}
+	// The message indexes are checked before the serde reads them: it
+	// allocates as many ints as the count says.
+	if schemaType == "PROTOBUF" {
+		at := 5
+		if b[0] == serde.MagicByteV1 {
+			at = 17
+		}
+		if err := protoIndexes(b[at:]); err != nil {
+			return sid, 0, badf(err, "bad Schema Registry frame")
+		}
 	}
 	var n int
 	err := safely(func() error {
@@ -282,24 +294,33 @@ func (d *Decoder) schemaOf(sid serde.SchemaID, where fold.Position) (*schema, er
 // ("AVRO", "PROTOBUF", "JSON"; name says it in errors) and returns the
 // frame's schema id and the schema, refusing a schema of another type (the
 // registry leaves an Avro schema's type empty).
-func (d *Decoder) framedSchema(b []byte, schemaType, name string, where fold.Position) (serde.SchemaID, *schema, schemaKey, error) {
-	sid, _, err := frame(b, schemaType)
+func (d *Decoder) framedSchema(b []byte, schemaType, name string, where fold.Position) (framed, error) {
+	sid, n, err := frame(b, schemaType)
 	if err != nil {
-		return sid, nil, schemaKey{}, err
+		return framed{sid: sid}, err
 	}
-	key := schemaKey{id: sid.ID, guid: sid.GUID}
+	f := framed{sid: sid, key: schemaKey{id: sid.ID, guid: sid.GUID}, body: b[n:]}
 	s, err := d.schemaOf(sid, where)
 	if err != nil {
-		return sid, nil, key, err
+		return f, err
 	}
 	t := s.info.SchemaType
 	if t == "" {
 		t = avrov2.SchemaType
 	}
 	if t != schemaType {
-		return sid, nil, key, badf(nil, "%s is a %s schema, not %s", key, t, name)
+		return f, badf(nil, "%s is a %s schema, not %s", f.key, t, name)
 	}
-	return sid, s, key, nil
+	f.schema = s
+	return f, nil
+}
+
+// framed is a payload's frame as read, and its schema.
+type framed struct {
+	sid    serde.SchemaID
+	key    schemaKey
+	schema *schema
+	body   []byte // the bytes after the frame
 }
 
 func (d *Decoder) where(p fold.Position) string {

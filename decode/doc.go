@@ -24,6 +24,14 @@
 // *RegistryError (ErrUnavailable): no record is at fault, so it is never
 // skipped.
 //
+// No record can crash the process: the libraries allocate from the
+// lengths and counts a record's bytes give, and recurse as deep as its
+// values nest, and an out-of-memory or a stack overflow is a fatal error
+// that no recover() sees. So every count and length is checked against
+// the bytes that remain, and the nesting against MaxDepth, before a
+// library is handed the record (bounds.go): what fails a check is a bad
+// record like any other.
+//
 // # JSON mapping
 //
 // Avro: records and maps are objects, arrays arrays, enums their symbol;

@@ -12,9 +12,13 @@ import (
 // confluent's jsonschema deserializer into the raw JSON text (a generic
 // decode would turn every number into a float64), and canonicalizes it.
 func (d *Decoder) decodeJSONSchema(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	_, _, key, err := d.framedSchema(b, jsonschema.SchemaType, "JSON Schema", where)
+	f, err := d.framedSchema(b, jsonschema.SchemaType, "JSON Schema", where)
 	if err != nil {
 		return nil, err
+	}
+	key := f.key
+	if err := jsonDepth(f.body); err != nil {
+		return nil, badf(err, "not JSON of %s", key)
 	}
 	var raw json.RawMessage
 	err = safely(func() error { return c.jsonSchema.DeserializeInto(d.topic, b, &raw) })

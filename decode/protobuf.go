@@ -37,10 +37,11 @@ type protoFile struct {
 // generated Go types, and each version of an evolving schema has its own
 // type.
 func (d *Decoder) decodeProtobuf(c *codec, b []byte, where fold.Position) ([]byte, error) {
-	sid, s, key, err := d.framedSchema(b, protobuf.SchemaType, "Protobuf", where)
+	f, err := d.framedSchema(b, protobuf.SchemaType, "Protobuf", where)
 	if err != nil {
 		return nil, err
 	}
+	s, key := f.schema, f.key
 	pf, ok := s.built.(*protoFile)
 	if !ok {
 		fd, err := d.protoSchema(s.info)
@@ -53,9 +54,14 @@ func (d *Decoder) decodeProtobuf(c *codec, b []byte, where fold.Position) ([]byt
 		pf = &protoFile{fd: fd, types: map[string]protoreflect.MessageDescriptor{}}
 		s.built = pf
 	}
-	md, err := pf.message(sid.MessageIndexes)
+	md, err := pf.message(f.sid.MessageIndexes)
 	if err != nil {
 		return nil, badf(err, "%s", key)
+	}
+	// Lengths within the bytes and the nesting bounded, before
+	// protobuf-go recurses into the body (its own limit is 10,000 levels).
+	if err := protoCheck(md, f.body, 1); err != nil {
+		return nil, badf(err, "not Protobuf %s of %s", md.FullName(), key)
 	}
 	msg := dynamicpb.NewMessage(md)
 	err = safely(func() error { return c.proto.DeserializeInto(d.topic, b, msg) })

@@ -61,31 +61,11 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !checkParams(w, r, "from", "to", "limit", "encoding") {
-		return
-	}
-	from, ok := generationParam(w, r, "from")
+	q, ok := parseDiff(w, r)
 	if !ok {
 		return
 	}
-	to, ok := generationParam(w, r, "to")
-	if !ok {
-		return
-	}
-	limit := 0
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want a number, 0 or more", v))
-			return
-		}
-		limit = n
-	}
-	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
-		return
-	}
+	from, to, limit, b64 := q.from, q.to, q.limit, q.b64
 	db := s.database(w)
 	if db == nil {
 		return
@@ -113,6 +93,43 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Kmaterialize-Diff", fmt.Sprintf("%d..%d", rng.From, rng.To))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// diffQuery is the query of GET .../diff.
+type diffQuery struct {
+	from, to uint64 // 0: absent
+	limit    int    // 0: no limit
+	b64      bool
+}
+
+// parseDiff reads the diff's query, or answers 400.
+func parseDiff(w http.ResponseWriter, r *http.Request) (diffQuery, bool) {
+	var q diffQuery
+	if !checkParams(w, r, "from", "to", "limit", "encoding") {
+		return q, false
+	}
+	var ok bool
+	if q.from, ok = generationParam(w, r, "from"); !ok {
+		return q, false
+	}
+	if q.to, ok = generationParam(w, r, "to"); !ok {
+		return q, false
+	}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want a number, 0 or more", v))
+			return q, false
+		}
+		q.limit = n
+	}
+	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		return q, false
+	}
+	q.b64 = b64
+	return q, true
 }
 
 // generationParam reads an optional generation number parameter (0 when
