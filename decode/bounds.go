@@ -14,14 +14,19 @@ import (
 // MaxDepth is the deepest nesting a record's key or value may have: Avro
 // records, arrays and maps, Protobuf messages (and groups; a map's entry
 // is not a level of its own, its message value is), the message-index
-// path of a Protobuf frame, and JSON objects and arrays. A value nested
-// deeper is a bad record.
+// path of a Protobuf frame. A value nested deeper is a bad record. JSON
+// has its own bound, MaxJSONDepth.
 //
 // Why: the libraries decode by recursion, and a Go stack that outgrows
 // its limit is a fatal error, not a panic, so a deep value must be
 // refused before any library sees it (a recursive schema lets a record of
 // a few bytes a level nest as deep as its length).
 const MaxDepth = 64
+
+// MaxJSONDepth is the deepest nesting of objects and arrays in a JSON (or
+// JSON Schema) key or value: encoding/json's own limit, checked before any
+// parser sees the text, so JSON values nest as deep as they always could.
+const MaxJSONDepth = 10000
 
 // The bounds of this file are checked before a payload is handed to a
 // library (confluent's serdes, hamba/avro, protobuf-go): a length or count
@@ -30,8 +35,12 @@ const MaxDepth = 64
 // check reads the bytes the way the library will and refuses what would
 // make it allocate more than the record holds.
 
-// errTooDeep is the cause of a value nested deeper than MaxDepth.
-var errTooDeep = fmt.Errorf("nested deeper than %d levels", MaxDepth)
+// errTooDeep is the cause of a value nested deeper than MaxDepth, and
+// errJSONTooDeep of JSON deeper than MaxJSONDepth.
+var (
+	errTooDeep     = fmt.Errorf("nested deeper than %d levels", MaxDepth)
+	errJSONTooDeep = fmt.Errorf("nested deeper than %d levels", MaxJSONDepth)
+)
 
 // protoIndexes checks the message indexes of a Protobuf frame, b being the
 // bytes after the magic byte and schema id: a zigzag varint count, then
@@ -325,7 +334,7 @@ func (w *avroWalk) value(s avro.Schema, depth int) error {
 }
 
 // jsonDepth checks that the JSON text b nests objects and arrays at most
-// MaxDepth deep. It only counts brackets outside strings; whether b is
+// MaxJSONDepth deep. It only counts brackets outside strings; whether b is
 // JSON at all is for the parser to say.
 func jsonDepth(b []byte) error {
 	depth := 0
@@ -345,8 +354,8 @@ func jsonDepth(b []byte) error {
 			inString = true
 		case c == '{' || c == '[':
 			depth++
-			if depth > MaxDepth {
-				return errTooDeep
+			if depth > MaxJSONDepth {
+				return errJSONTooDeep
 			}
 		case c == '}' || c == ']':
 			depth--

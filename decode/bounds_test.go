@@ -104,8 +104,8 @@ func TestBounds(t *testing.T) {
 	protoDeep, _ := protoChain(decode.MaxDepth + 1)
 	avroOK, avroWant := avroChain(decode.MaxDepth)
 	avroDeep, _ := avroChain(decode.MaxDepth + 1)
-	jsonOK, jsonWant := jsonChain(decode.MaxDepth)
-	jsonDeep, _ := jsonChain(decode.MaxDepth + 1)
+	jsonOK, jsonWant := jsonChain(decode.MaxJSONDepth)
+	jsonDeep, _ := jsonChain(decode.MaxJSONDepth + 1)
 	// A good Kinds value: s "hi", b "\x01", three empty records (items
 	// that take no bytes), {"k": 7}, B, 9.
 	kinds := func(s, b, nulls, m, e, u []byte) []byte {
@@ -159,10 +159,10 @@ func TestBounds(t *testing.T) {
 			framed(t, kindsID, nil, kindsOK), kindsWant, framed(t, kindsID, nil, kinds(kS, kB, kNulls, kM, kE, zz(-1))), "union index -1"},
 		{"avro: varint longer than a long", decode.Avro,
 			framed(t, kindsID, nil, kindsOK), kindsWant, framed(t, kindsID, nil, append(bytes.Repeat([]byte{0x80}, 10), 1)), "varint longer than 10 bytes"},
-		{"json: arrays nested deeper than MaxDepth", decode.JSON,
-			jsonOK, jsonWant, jsonDeep, "nested deeper than 64 levels"},
-		{"jsonschema: arrays nested deeper than MaxDepth", decode.JSONSchema,
-			framed(t, jsID, nil, jsonOK), jsonWant, framed(t, jsID, nil, jsonDeep), "nested deeper than 64 levels"},
+		{"json: arrays nested deeper than MaxJSONDepth", decode.JSON,
+			jsonOK, jsonWant, jsonDeep, "nested deeper than 10000 levels"},
+		{"jsonschema: arrays nested deeper than MaxJSONDepth", decode.JSONSchema,
+			framed(t, jsID, nil, jsonOK), jsonWant, framed(t, jsID, nil, jsonDeep), "nested deeper than 10000 levels"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
