@@ -65,7 +65,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"allow_remote without listen", func(c *Config) { c.AllowRemote, c.AdminToken, c.AllowPlaintextTokens = true, "x", true }, "allow_remote"},
 		{"tls without listen", func(c *Config) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, "tls_cert"},
 		{"tls cert without key", func(c *Config) { c.Listen, c.TLSCert = "127.0.0.1:0", "c.pem" }, "tls_cert"},
-		{"tls files missing", func(c *Config) { c.Listen, c.TLSCert, c.TLSKey = "127.0.0.1:0", "/nonexistent/c.pem", "/nonexistent/k.pem" }, "tls_cert"},
+		{"tls files missing", func(c *Config) {
+			c.Listen, c.TLSCert, c.TLSKey = "127.0.0.1:0", "/nonexistent/c.pem", "/nonexistent/k.pem"
+		}, "tls_cert"},
 		{"listen not host:port", func(c *Config) { c.Listen = "9466" }, "listen"},
 		{"every", func(c *Config) { c.Tables = []Table{tbl("a", "@every 10m")} }, ""},
 		{"cron", func(c *Config) { c.Tables = []Table{tbl("a", "*/5 * * * 1-5")} }, ""},
