@@ -43,8 +43,11 @@ func Dial(path string) *Client {
 }
 
 // DialURL returns a client of the daemon's TCP listener at base (e.g.
-// "http://127.0.0.1:9466"). token is the admin token that POST routes need
-// there ("" for reads only).
+// "http://127.0.0.1:9466", or https:// for a listener with tls_cert,
+// verified against the system's roots). token is sent as a bearer token
+// with every request: the admin token that POST routes need there, or, on
+// a listener with allow_remote, the read token for reads ("" for reads on
+// a loopback listener without allow_remote).
 func DialURL(base, token string) (*Client, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -25,6 +25,7 @@ const (
 	CodeNotUTF8            = "not_utf8"
 	CodeRunInProgress      = "run_in_progress"
 	CodeForbidden          = "forbidden"
+	CodeUnauthorized       = "unauthorized" // 401: a listener with allow_remote, without a token it knows
 	CodeShuttingDown       = "shutting_down"
 	CodeNotReady           = "not_ready"
 	CodeRouteNotFound      = "route_not_found"

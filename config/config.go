@@ -40,7 +40,14 @@ type Config struct {
 	Listen      string      // optional TCP address
 	AllowRemote bool
 	AdminToken  Secret
-	Kafka       Kafka
+	// The TCP listener's read and metrics tokens and TLS (read_token,
+	// metrics_token, tls_cert, tls_key, allow_plaintext_tokens): see
+	// serve.Config. The paths are resolved against the file's directory.
+	ReadToken            Secret
+	MetricsToken         Secret
+	TLSCert, TLSKey      string
+	AllowPlaintextTokens bool
+	Kafka                Kafka
 	// SchemaRegistry is the registry that tables with an avro, protobuf
 	// or jsonschema format decode with; its URL is "" when the file has
 	// none.
@@ -99,15 +106,22 @@ type Table struct {
 // expands ${NAME} (expand.go); every other string is literal, where a ${
 // is refused.
 type file struct {
-	DB          string      `yaml:"db" expand:"env"`
-	Socket      string      `yaml:"socket" expand:"env"`
-	SocketMode  string      `yaml:"socket_mode"`
-	SocketGroup string      `yaml:"socket_group"`
-	Listen      string      `yaml:"listen"`
-	AllowRemote bool        `yaml:"allow_remote"`
-	AdminToken  string      `yaml:"admin_token" expand:"env"`
-	Kafka       fileKafka   `yaml:"kafka"`
-	Tables      []fileTable `yaml:"tables"`
+	DB          string `yaml:"db" expand:"env"`
+	Socket      string `yaml:"socket" expand:"env"`
+	SocketMode  string `yaml:"socket_mode"`
+	SocketGroup string `yaml:"socket_group"`
+	Listen      string `yaml:"listen"`
+	AllowRemote bool   `yaml:"allow_remote"`
+	AdminToken  string `yaml:"admin_token" expand:"env"`
+
+	ReadToken            string `yaml:"read_token" expand:"env"`
+	MetricsToken         string `yaml:"metrics_token" expand:"env"`
+	TLSCert              string `yaml:"tls_cert" expand:"env"`
+	TLSKey               string `yaml:"tls_key" expand:"env"`
+	AllowPlaintextTokens bool   `yaml:"allow_plaintext_tokens"`
+
+	Kafka  fileKafka   `yaml:"kafka"`
+	Tables []fileTable `yaml:"tables"`
 
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
 }
@@ -388,13 +402,8 @@ func (p *parser) build(f *file) (*Config, error) {
 		}
 		c.SocketMode = m
 	}
-	tok, err := p.expand(f.AdminToken)
-	if err != nil {
-		return nil, p.errorf(p.line("admin_token"), "admin_token", "%v", err)
-	}
-	c.AdminToken = Secret(tok)
-	if err := CheckListen(c.Listen, c.AllowRemote, c.AdminToken != ""); err != nil {
-		return nil, p.errorf(p.line("listen"), "listen", "%v", err)
+	if err := p.remote(f, c); err != nil {
+		return nil, err
 	}
 	for k, v := range f.Kafka.Properties {
 		field := "kafka.properties." + k
@@ -408,6 +417,7 @@ func (p *parser) build(f *file) (*Config, error) {
 		}
 		c.Kafka.Properties[k] = ev
 	}
+	var err error
 	if c.SchemaRegistry, err = p.schemaRegistry(f.SchemaRegistry); err != nil {
 		return nil, err
 	}
@@ -588,8 +598,8 @@ func ParseSocketMode(s string) (os.FileMode, error) {
 
 // CheckListen checks a TCP listen address: "" (none) or HOST:PORT. A host
 // that is not loopback (including an empty host, every interface) needs
-// allowRemote and an admin token: the socket's file mode guards the unix
-// socket, nothing guards a TCP port but the token.
+// allowRemote and a token: the socket's file mode guards the unix socket,
+// nothing guards a TCP port but the token.
 func CheckListen(listen string, allowRemote, hasToken bool) error {
 	if listen == "" {
 		return nil
@@ -598,11 +608,87 @@ func CheckListen(listen string, allowRemote, hasToken bool) error {
 	if err != nil || port == "" {
 		return fmt.Errorf("%q: want HOST:PORT, e.g. 127.0.0.1:9466", listen)
 	}
-	if isLoopback(host) {
+	if isLoopback(host) && !allowRemote {
 		return nil
 	}
 	if !allowRemote || !hasToken {
-		return fmt.Errorf("%q is not a loopback address: it needs allow_remote: true and an admin_token (or listen on 127.0.0.1)", listen)
+		return fmt.Errorf("%q is not a loopback address: it needs allow_remote: true and a read_token or admin_token, and TLS (or listen on 127.0.0.1)", listen)
+	}
+	return nil
+}
+
+// remote reads listen's tokens and TLS: admin_token, read_token,
+// metrics_token (secrets: ${NAME} expands, a value is never in a message),
+// tls_cert and tls_key (paths: ${NAME} expands, relative to the file),
+// allow_plaintext_tokens. allow_remote closes the listener: it needs a
+// token, and TLS unless allow_plaintext_tokens; read_token and
+// metrics_token apply with allow_remote only. serve checks the same
+// (serve.Config), without lines.
+func (p *parser) remote(f *file, c *Config) error {
+	for _, fv := range []struct {
+		key   string
+		value string
+		dst   *Secret
+	}{{"admin_token", f.AdminToken, &c.AdminToken}, {"read_token", f.ReadToken, &c.ReadToken}, {"metrics_token", f.MetricsToken, &c.MetricsToken}} {
+		v, err := p.expand(fv.value)
+		if err != nil {
+			return p.errorf(p.line(fv.key), fv.key, "%v", err)
+		}
+		*fv.dst = Secret(v)
+	}
+	for _, fv := range []struct {
+		key   string
+		value string
+		dst   *string
+	}{{"tls_cert", f.TLSCert, &c.TLSCert}, {"tls_key", f.TLSKey, &c.TLSKey}} {
+		v, err := p.expand(fv.value)
+		if err != nil {
+			return p.errorf(p.line(fv.key), fv.key, "%v", err)
+		}
+		*fv.dst = p.resolve(v)
+	}
+	c.AllowPlaintextTokens = f.AllowPlaintextTokens
+	hasToken := c.AdminToken != "" || c.ReadToken != "" || c.MetricsToken != ""
+	if err := CheckListen(c.Listen, c.AllowRemote, hasToken); err != nil {
+		return p.errorf(p.line("listen"), "listen", "%v", err)
+	}
+	set := []struct {
+		key string
+		on  bool
+	}{{"allow_remote", c.AllowRemote}, {"read_token", c.ReadToken != ""}, {"metrics_token", c.MetricsToken != ""},
+		{"tls_cert", c.TLSCert != ""}, {"tls_key", c.TLSKey != ""}, {"allow_plaintext_tokens", c.AllowPlaintextTokens}}
+	if c.Listen == "" {
+		for _, f := range set {
+			if f.on {
+				return p.errorf(p.line(f.key), f.key, "applies to the TCP listener: set listen too")
+			}
+		}
+		return nil
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		k := "tls_cert"
+		if c.TLSKey == "" {
+			k = "tls_key"
+		}
+		return p.errorf(p.line(map[string]string{"tls_cert": "tls_key", "tls_key": "tls_cert"}[k]), k, "tls_cert and tls_key go together: set both or neither")
+	}
+	if !c.AllowRemote {
+		for _, f := range set[1:3] {
+			if f.on {
+				return p.errorf(p.line(f.key), f.key, "applies with allow_remote: true only (without it, reads on a loopback listen are open)")
+			}
+		}
+		return nil
+	}
+	if c.ReadToken != "" && (c.ReadToken == c.AdminToken || c.ReadToken == c.MetricsToken) {
+		return p.errorf(p.line("read_token"), "read_token", "must differ from admin_token and metrics_token")
+	}
+	if c.MetricsToken != "" && c.MetricsToken == c.AdminToken {
+		return p.errorf(p.line("metrics_token"), "metrics_token", "must differ from admin_token")
+	}
+	if c.TLSCert == "" && !c.AllowPlaintextTokens {
+		return p.errorf(p.line("allow_remote"), "allow_remote",
+			"tokens would cross the network in clear text: set tls_cert and tls_key, or allow_plaintext_tokens: true for a network that is encrypted otherwise")
 	}
 	return nil
 }

@@ -208,6 +208,17 @@ func TestLoadErrors(t *testing.T) {
 		{"remote listen", "db: t.db\nlisten: 0.0.0.0:9466\n", 2, []string{"listen", "allow_remote", "admin_token"}},
 		{"remote listen, every interface", "db: t.db\nlisten: \":9466\"\nallow_remote: true\n", 2, []string{"admin_token"}},
 		{"remote listen without allow_remote", "db: t.db\nlisten: 10.0.0.5:9466\nadmin_token: abc\n", 2, []string{"allow_remote"}},
+		// Issue 19 point 6: allow_remote closes the listener; without TLS
+		// it is refused unless allow_plaintext_tokens.
+		{"allow_remote without TLS", "db: t.db\nlisten: 10.0.0.5:9466\nread_token: r\nallow_remote: true\n", 4,
+			[]string{"allow_remote", "tls_cert", "allow_plaintext_tokens"}},
+		{"allow_remote on loopback without a token", "db: t.db\nlisten: 127.0.0.1:9466\nallow_remote: true\n", 2, []string{"listen", "read_token"}},
+		{"read_token without allow_remote", "db: t.db\nlisten: 127.0.0.1:9466\nread_token: r\n", 3, []string{"read_token", "allow_remote: true only"}},
+		{"metrics_token without listen", "db: t.db\nmetrics_token: m\n", 2, []string{"metrics_token", "set listen"}},
+		{"tls_cert without tls_key", "db: t.db\nlisten: 127.0.0.1:9466\ntls_cert: c.pem\n", 3, []string{"tls_key", "both or neither"}},
+		{"read_token equals admin_token", "db: t.db\nlisten: 10.0.0.5:9466\nallow_remote: true\nallow_plaintext_tokens: true\nadmin_token: hunter2\nread_token: hunter2\n", 6,
+			[]string{"read_token", "must differ"}},
+		{"unset variable in read_token", "db: t.db\nlisten: 10.0.0.5:9466\nread_token: ${KM_READ_UNSET}\n", 3, []string{"read_token", "KM_READ_UNSET is not set"}},
 		{"unset variable", "db: t.db\nkafka:\n  properties:\n    sasl.username: ${KM_USER_UNSET}\n", 4,
 			[]string{"kafka.properties.sasl.username", "KM_USER_UNSET is not set"}},
 		{"empty", "", 0, []string{"empty"}},
@@ -248,7 +259,11 @@ func TestRemoteListenAllowed(t *testing.T) {
 		"listen: 127.0.0.1:9466\n",
 		"listen: \"[::1]:9466\"\n",
 		"listen: localhost:9466\n",
-		"listen: 0.0.0.0:9466\nallow_remote: true\nadmin_token: t0k\n",
+		"listen: 0.0.0.0:9466\nallow_remote: true\nadmin_token: t0k\nallow_plaintext_tokens: true\n",
+		"listen: 0.0.0.0:9466\nallow_remote: true\nread_token: r0k\ntls_cert: c.pem\ntls_key: k.pem\n",
+		"listen: 127.0.0.1:9466\nallow_remote: true\nmetrics_token: m0k\nallow_plaintext_tokens: true\n",
+		"listen: 127.0.0.1:9466\ntls_cert: c.pem\ntls_key: k.pem\n",
+		"allow_remote: false\n",
 	} {
 		if _, err := parse(t, write(t, "db: t.db\n"+doc, nil), nil); err != nil {
 			t.Errorf("%q: %v", doc, err)

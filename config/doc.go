@@ -15,20 +15,22 @@
 //
 // ${NAME} is replaced by the environment variable NAME, once, at load, in
 // exactly these fields: ExpandingFields (db, socket, admin_token,
-// kafka.brokers, the kafka.properties values, schema_registry, a table's
-// catalog; tagged expand:"env" on the file format's struct). A ${ in any
+// read_token, metrics_token, tls_cert, tls_key, kafka.brokers, the
+// kafka.properties values, schema_registry, a table's catalog; tagged
+// expand:"env" on the file format's struct). A ${ in any
 // other field is refused, so that the file never says what it does not do;
 // $${ is a literal ${ in every field. See expand.go.
 //
-// Relative paths (db, socket, catalog) are relative to the directory of the
-// config file, not to the working directory, so a file means the same
-// whoever starts the process from wherever.
+// Relative paths (db, socket, tls_cert, tls_key, catalog) are relative to
+// the directory of the config file, not to the working directory, so a
+// file means the same whoever starts the process from wherever.
 //
 // # Secrets
 //
 // Kafka property values whose key names a secret (IsSecretKey), the
-// schema_registry password and bearer_token, and the admin token never
-// appear in errors, logs or JSON: Properties and Secret
+// schema_registry password and bearer_token, and the listener's tokens
+// (admin_token, read_token, metrics_token) never appear in errors, logs or
+// JSON: Properties and Secret
 // redact themselves in String, MarshalJSON and zerolog output, and Scrub
 // removes secret property values from an error's message.
 //

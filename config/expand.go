@@ -10,8 +10,9 @@ import (
 // ${NAME} in the config file.
 //
 // A field that expands (its file struct field tagged `expand:"env"`: db,
-// socket, admin_token, kafka.brokers, the values of kafka.properties, every
-// schema_registry field, and tables[].catalog) has each ${NAME} replaced by
+// socket, admin_token, read_token, metrics_token, tls_cert, tls_key,
+// kafka.brokers, the values of kafka.properties, every schema_registry
+// field, and tables[].catalog) has each ${NAME} replaced by
 // the environment variable NAME; an unset NAME, a name that is not one
 // ([A-Za-z_][A-Za-z0-9_]*) or a ${ without its } is an error naming the
 // variable and the line. In every other field a ${ is refused (the file
@@ -23,7 +24,7 @@ import (
 
 // ExpandingFields names the fields that expand ${NAME}, for messages; it
 // must match the file struct's `expand:"env"` tags.
-const ExpandingFields = "db, socket, admin_token, kafka.brokers, kafka.properties (values), schema_registry.*, tables[].catalog"
+const ExpandingFields = "db, socket, admin_token, read_token, metrics_token, tls_cert, tls_key, kafka.brokers, kafka.properties (values), schema_registry.*, tables[].catalog"
 
 // expand replaces ${NAME} with the environment variable NAME and $${ with
 // ${. An error names the variable, never the value around it (it may be a

@@ -12,9 +12,10 @@ import (
 )
 
 // TestExpandEveryField: ${NAME} is expanded in each field that expands
-// (db, socket, kafka.brokers, kafka.properties, admin_token,
-// schema_registry, tables[].catalog), and $${ is a literal ${ both there
-// and in a field that does not expand.
+// (db, socket, kafka.brokers, kafka.properties, admin_token, read_token,
+// metrics_token, tls_cert, tls_key, schema_registry, tables[].catalog), and
+// $${ is a literal ${ both there and in a field that does not expand. The
+// listener's tokens are secrets (Config.Secrets has them).
 func TestExpandEveryField(t *testing.T) {
 	dir := t.TempDir()
 	vars := map[string]string{
@@ -23,12 +24,21 @@ func TestExpandEveryField(t *testing.T) {
 		"KAFKA_BROKERS":     "kafka-1:9092,kafka-2:9092",
 		"KAFKA_PASSWORD":    "pw-secret",
 		"ADMIN":             "tok-xyz",
+		"READ":              "tok-read",
+		"METRICS":           "tok-metrics",
+		"TLS_DIR":           filepath.Join(dir, "tls"),
 		"SR_URL":            "http://registry:8081",
 		"CATALOGS":          "cat",
 	}
 	doc := `db: ${STATE_DIRECTORY}/tables.db
 socket: ${RUNTIME_DIRECTORY}/km.sock
 admin_token: ${ADMIN}
+listen: 127.0.0.1:9466
+allow_remote: true
+read_token: ${READ}
+metrics_token: ${METRICS}
+tls_cert: ${TLS_DIR}/server.pem
+tls_key: ${TLS_DIR}/server.key
 kafka:
   brokers: ${KAFKA_BROKERS}
   properties:
@@ -51,11 +61,24 @@ tables:
 	if err != nil {
 		t.Fatal(err)
 	}
+	secrets := map[string]bool{}
+	for _, v := range c.Secrets() {
+		secrets[v] = true
+	}
+	for _, v := range []string{"ADMIN", "READ", "METRICS"} {
+		if !secrets[vars[v]] {
+			t.Errorf("Config.Secrets lacks the value of ${%s}", v)
+		}
+	}
 	// The oracle: each value built here from vars, by hand.
 	for _, tc := range []struct{ field, got, want string }{
 		{"db", c.DB, vars["STATE_DIRECTORY"] + "/tables.db"},
 		{"socket", c.Socket, vars["RUNTIME_DIRECTORY"] + "/km.sock"},
 		{"admin_token", c.AdminToken.Reveal(), vars["ADMIN"]},
+		{"read_token", c.ReadToken.Reveal(), vars["READ"]},
+		{"metrics_token", c.MetricsToken.Reveal(), vars["METRICS"]},
+		{"tls_cert", c.TLSCert, vars["TLS_DIR"] + "/server.pem"},
+		{"tls_key", c.TLSKey, vars["TLS_DIR"] + "/server.key"},
 		{"kafka.brokers", c.Kafka.Brokers, vars["KAFKA_BROKERS"]},
 		{"kafka.properties.sasl.password", c.Kafka.Properties["sasl.password"], vars["KAFKA_PASSWORD"]},
 		{"kafka.properties.client.id ($${)", c.Kafka.Properties["client.id"], "km-${HOST}"},
@@ -133,7 +156,8 @@ func TestExpandingFieldsListed(t *testing.T) {
 	for _, f := range strings.Split(config.ExpandingFields, ", ") {
 		listed[strings.TrimSuffix(f, " (values)")] = true
 	}
-	want := map[string]bool{"db": true, "socket": true, "admin_token": true, "kafka.brokers": true,
+	want := map[string]bool{"db": true, "socket": true, "admin_token": true, "read_token": true, "metrics_token": true,
+		"tls_cert": true, "tls_key": true, "kafka.brokers": true,
 		"kafka.properties": true, "schema_registry.*": true, "tables[].catalog": true}
 	if !reflect.DeepEqual(listed, want) {
 		t.Fatalf("ExpandingFields %q lists %v, want %v", config.ExpandingFields, listed, want)

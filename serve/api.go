@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log"
@@ -43,8 +42,8 @@ func (s *Server) httpServer(tcp bool) *http.Server {
 	}
 }
 
-// handler is the API. On TCP (tcp true) the routes that change anything
-// need the admin token.
+// handler is the API. On TCP (tcp true) every request passes authorize
+// (auth.go) first.
 func (s *Server) handler(tcp bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/tables", s.listTables)
@@ -53,32 +52,17 @@ func (s *Server) handler(tcp bool) http.Handler {
 	mux.HandleFunc("GET /v1/tables/{table}/rows", s.getRows)
 	mux.HandleFunc("GET /v1/tables/{table}/export", s.export)
 	mux.HandleFunc("GET /v1/tables/{table}/count", s.count)
-	rebuild := http.Handler(http.HandlerFunc(s.rebuild))
-	if tcp {
-		rebuild = s.adminOnly(rebuild)
-	}
-	mux.Handle("POST /v1/tables/{table}/rebuild", rebuild)
-	drop := http.Handler(http.HandlerFunc(s.drop))
-	if tcp {
-		drop = s.adminOnly(drop)
-	}
-	mux.Handle("DELETE /v1/tables/{table}", drop)
-	update := http.Handler(http.HandlerFunc(s.update))
-	if tcp {
-		update = s.adminOnly(update)
-	}
-	mux.Handle("POST /v1/tables/{table}/update", update)
-	rollback := http.Handler(http.HandlerFunc(s.rollback))
-	if tcp {
-		rollback = s.adminOnly(rollback)
-	}
-	mux.Handle("POST /v1/tables/{table}/rollback", rollback)
+	mux.HandleFunc("POST /v1/tables/{table}/rebuild", s.rebuild)
+	mux.HandleFunc("DELETE /v1/tables/{table}", s.drop)
+	mux.HandleFunc("POST /v1/tables/{table}/update", s.update)
+	mux.HandleFunc("POST /v1/tables/{table}/rollback", s.rollback)
 	mux.HandleFunc("GET /v1/tables/{table}/diff", s.diff)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
+	api := s.authorize(tcp, mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -89,9 +73,9 @@ func (s *Server) handler(tcp bool) http.Handler {
 		}()
 		if _, pattern := mux.Handler(r); pattern != "" {
 			route = pattern
-			mux.ServeHTTP(sw, r)
+			api.ServeHTTP(sw, r)
 		} else {
-			mux.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
+			api.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
 		}
 	})
 }
@@ -125,20 +109,6 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// adminOnly refuses a request without "Authorization: Bearer <AdminToken>"
-// (always, when no token is configured).
-func (s *Server) adminOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if s.cfg.AdminToken == "" || !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) != 1 {
-			writeError(w, http.StatusForbidden, codeForbidden,
-				"this route changes state: on the TCP listener it needs Authorization: Bearer <admin_token> (or use the unix socket)")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
 
 // database returns the open database, or answers 503 and returns nil.
 func (s *Server) database(w http.ResponseWriter) *store.DB {

@@ -53,14 +53,37 @@ type Config struct {
 	// the process's group.
 	SocketGroup string
 	// Listen is an optional TCP address serving reads, /metrics, /healthz
-	// and /readyz; a POST there needs AdminToken.
+	// and /readyz; who may do what there is in auth.go.
 	Listen string
-	// AllowRemote permits a Listen address that is not loopback; it also
-	// needs AdminToken.
+	// AllowRemote permits a Listen address that is not loopback, and
+	// closes the listener, whatever its address: every route but /healthz
+	// and /readyz needs a bearer token (ReadToken, MetricsToken or
+	// AdminToken; at least one must be set), and TLS (TLSCert) unless
+	// AllowPlaintextTokens.
 	AllowRemote bool
-	// AdminToken is the bearer token for state-changing routes on Listen.
-	// Empty: they are refused there (403).
+	// AdminToken is the bearer token for every route on Listen, the
+	// state-changing ones included. Empty: those are refused there (403).
 	AdminToken string
+
+	// The TCP listener's tokens and TLS (auth.go, tls.go). Tokens are
+	// secrets: the daemon never logs them, and keeps only their digests.
+	//
+	// ReadToken is the bearer token for reads (GET, HEAD) on Listen with
+	// AllowRemote. It must differ from AdminToken and MetricsToken.
+	ReadToken string
+	// MetricsToken is a bearer token for GET /metrics only, with
+	// AllowRemote (a scraper needs no access to the rows).
+	MetricsToken string
+	// TLSCert and TLSKey are PEM files, the certificate chain (leaf first)
+	// and its private key, for serving Listen over TLS 1.2 or later; both
+	// or neither. New loads them (a pair that does not load is a
+	// *ConfigError); SetTables reads them again.
+	TLSCert, TLSKey string
+	// AllowPlaintextTokens permits AllowRemote without TLS: the tokens then
+	// cross the network in clear text, for a network that is itself
+	// encrypted (a VPN, a service mesh's sidecar).
+	AllowPlaintextTokens bool
+
 	// LockTimeout is how long Run waits for another holder of the
 	// database (store.Options.LockTimeout: 0 the default, negative: once).
 	LockTimeout time.Duration
@@ -139,10 +162,8 @@ func validate(cfg Config) (settings, error) {
 		}
 		s.gid = gid
 	}
-	if cfg.Listen != "" {
-		if err := checkListen(cfg); err != nil {
-			return s, err
-		}
+	if err := checkListen(cfg); err != nil {
+		return s, err
 	}
 	tables, err := validateTables(cfg.Tables)
 	if err != nil {
@@ -171,19 +192,63 @@ func lookupGroup(g string) (int, error) {
 	return strconv.Atoi(grp.Gid)
 }
 
-// checkListen refuses a non-loopback Listen without AllowRemote and
-// AdminToken: reads over TCP are meant for this host.
+// checkListen checks Listen and what goes with it: a non-loopback
+// address needs AllowRemote (reads over TCP are otherwise meant for this
+// host); AllowRemote needs a token, and TLS unless AllowPlaintextTokens;
+// tokens other than the admin token apply with AllowRemote only. A token's
+// value is never in the error.
 func checkListen(cfg Config) error {
+	if cfg.Listen == "" {
+		for _, f := range []struct{ field, value string }{{"tls_cert", cfg.TLSCert}, {"tls_key", cfg.TLSKey},
+			{"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
+			if f.value != "" {
+				return &ConfigError{Field: f.field, Reason: "applies to the TCP listener: set listen too"}
+			}
+		}
+		if cfg.AllowRemote {
+			return &ConfigError{Field: "allow_remote", Reason: "applies to the TCP listener: set listen too"}
+		}
+		return nil
+	}
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return &ConfigError{Field: "listen", Value: cfg.Listen, Reason: "want HOST:PORT, e.g. 127.0.0.1:9466"}
 	}
-	if isLoopback(host) {
+	if !isLoopback(host) && !cfg.AllowRemote {
+		return &ConfigError{Field: "listen", Value: cfg.Listen,
+			Reason: "not a loopback address: set allow_remote: true with a read_token or admin_token (and TLS) to serve other hosts, or listen on 127.0.0.1"}
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return &ConfigError{Field: "tls_cert", Value: cfg.TLSCert, Reason: "tls_cert and tls_key go together: set both or neither"}
+	}
+	if !cfg.AllowRemote {
+		for _, f := range []struct{ field, value string }{{"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
+			if f.value != "" {
+				return &ConfigError{Field: f.field, Reason: "applies with allow_remote: true only (without it, reads on a loopback listener are open)"}
+			}
+		}
 		return nil
 	}
-	if !cfg.AllowRemote || cfg.AdminToken == "" {
+	if cfg.AdminToken == "" && cfg.ReadToken == "" && cfg.MetricsToken == "" {
 		return &ConfigError{Field: "listen", Value: cfg.Listen,
-			Reason: "not a loopback address: set allow_remote: true and an admin_token to serve other hosts, or listen on 127.0.0.1"}
+			Reason: "allow_remote: true needs a read_token or admin_token (or a metrics_token): every route but /healthz and /readyz asks for one"}
+	}
+	for _, f := range []struct{ field, value string }{{"admin_token", cfg.AdminToken}, {"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
+		for _, c := range f.value {
+			if c <= ' ' || c > '~' {
+				return &ConfigError{Field: f.field, Reason: "a token is printable ASCII without spaces (it is sent in an Authorization header)"}
+			}
+		}
+	}
+	if cfg.ReadToken != "" && (cfg.ReadToken == cfg.AdminToken || cfg.ReadToken == cfg.MetricsToken) {
+		return &ConfigError{Field: "read_token", Reason: "must differ from admin_token and metrics_token"}
+	}
+	if cfg.MetricsToken != "" && cfg.MetricsToken == cfg.AdminToken {
+		return &ConfigError{Field: "metrics_token", Reason: "must differ from admin_token"}
+	}
+	if cfg.TLSCert == "" && !cfg.AllowPlaintextTokens {
+		return &ConfigError{Field: "allow_remote",
+			Reason: "tokens would cross the network in clear text: set tls_cert and tls_key, or allow_plaintext_tokens: true for a network that is encrypted otherwise"}
 	}
 	return nil
 }

@@ -43,7 +43,31 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"listen remote", func(c *Config) { c.Listen = "0.0.0.0:9466" }, "listen"},
 		{"listen remote, allowed, no token", func(c *Config) { c.Listen, c.AllowRemote = "0.0.0.0:9466", true }, "listen"},
 		{"listen remote, token, not allowed", func(c *Config) { c.Listen, c.AdminToken = "0.0.0.0:9466", "x" }, "listen"},
-		{"listen remote, allowed with token", func(c *Config) { c.Listen, c.AllowRemote, c.AdminToken = "0.0.0.0:9466", true, "x" }, ""},
+		{"listen remote, allowed with token, no TLS", func(c *Config) { c.Listen, c.AllowRemote, c.AdminToken = "0.0.0.0:9466", true, "x" }, "allow_remote"},
+		{"listen remote, allowed with token, plaintext allowed", func(c *Config) {
+			c.Listen, c.AllowRemote, c.AdminToken, c.AllowPlaintextTokens = "0.0.0.0:9466", true, "x", true
+		}, ""},
+		{"listen remote, read token only", func(c *Config) {
+			c.Listen, c.AllowRemote, c.ReadToken, c.AllowPlaintextTokens = "0.0.0.0:9466", true, "r", true
+		}, ""},
+		{"loopback, allow_remote, no token", func(c *Config) { c.Listen, c.AllowRemote, c.AllowPlaintextTokens = "127.0.0.1:0", true, true }, "listen"},
+		{"read token equals admin token", func(c *Config) {
+			c.Listen, c.AllowRemote, c.AdminToken, c.ReadToken, c.AllowPlaintextTokens = "0.0.0.0:9466", true, "same", "same", true
+		}, "read_token"},
+		{"metrics token equals admin token", func(c *Config) {
+			c.Listen, c.AllowRemote, c.AdminToken, c.MetricsToken, c.AllowPlaintextTokens = "0.0.0.0:9466", true, "same", "same", true
+		}, "metrics_token"},
+		{"token with a space", func(c *Config) {
+			c.Listen, c.AllowRemote, c.AdminToken, c.AllowPlaintextTokens = "0.0.0.0:9466", true, "two words", true
+		}, "admin_token"},
+		{"read token without allow_remote", func(c *Config) { c.Listen, c.ReadToken = "127.0.0.1:0", "r" }, "read_token"},
+		{"metrics token without allow_remote", func(c *Config) { c.Listen, c.MetricsToken = "127.0.0.1:0", "m" }, "metrics_token"},
+		{"allow_remote without listen", func(c *Config) { c.AllowRemote, c.AdminToken, c.AllowPlaintextTokens = true, "x", true }, "allow_remote"},
+		{"tls without listen", func(c *Config) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, "tls_cert"},
+		{"tls cert without key", func(c *Config) { c.Listen, c.TLSCert = "127.0.0.1:0", "c.pem" }, "tls_cert"},
+		{"tls files missing", func(c *Config) {
+			c.Listen, c.TLSCert, c.TLSKey = "127.0.0.1:0", "/nonexistent/c.pem", "/nonexistent/k.pem"
+		}, "tls_cert"},
 		{"listen not host:port", func(c *Config) { c.Listen = "9466" }, "listen"},
 		{"every", func(c *Config) { c.Tables = []Table{tbl("a", "@every 10m")} }, ""},
 		{"cron", func(c *Config) { c.Tables = []Table{tbl("a", "*/5 * * * 1-5")} }, ""},

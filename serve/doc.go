@@ -38,7 +38,8 @@
 // Errors are {"error": "...", "code": "..."}, never a 5xx for bad input:
 //
 //	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
-//	403 forbidden (a POST on TCP without the admin token)
+//	401 unauthorized (TCP with AllowRemote: no bearer token, or an unknown one; WWW-Authenticate: Bearer)
+//	403 forbidden (TCP: a POST or DELETE without the admin token; a metrics token beyond /metrics)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
 //	405 method_not_allowed
 //	409 generation_gone, run_in_progress (with "run": the running run's ID), table_followed (update of a followed table),
@@ -82,8 +83,14 @@
 // # Trust
 //
 // The unix socket is the trust boundary: its file mode and group say who may
-// read and trigger runs. The TCP listener serves reads, /metrics, /healthz
-// and /readyz; a POST there needs the admin token as a bearer token.
+// read and trigger runs. It is never at its path with another mode or
+// group: it is bound in a private directory beside it and linked into
+// place (socket.go). The TCP listener on loopback serves reads, /metrics,
+// /healthz and /readyz; a POST there needs the admin token as a bearer
+// token. With AllowRemote every route on it but /healthz and /readyz needs
+// a token (ReadToken, MetricsToken, AdminToken: auth.go), and TLS
+// (TLSCert, at least TLS 1.2, the certificate read again by SetTables:
+// tls.go) unless AllowPlaintextTokens.
 //
 // # Lifetime
 //

@@ -23,6 +23,7 @@ const (
 	codeNotUTF8            = "not_utf8"
 	codeRunInProgress      = "run_in_progress"
 	codeForbidden          = "forbidden"
+	codeUnauthorized       = "unauthorized"
 	codeShuttingDown       = "shutting_down"
 	codeNotReady           = "not_ready"
 	codeRouteNotFound      = "route_not_found"

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -58,7 +59,8 @@ type Server struct {
 
 	runCtx  context.Context
 	runWG   sync.WaitGroup
-	tcpAddr net.Addr // the TCP listener's address while Run serves
+	tcpAddr net.Addr    // the TCP listener's address while Run serves
+	certs   *certHolder // the TCP listener's certificate; nil without TLS (tls.go)
 }
 
 // TCPAddr returns the address the TCP listener (Config.Listen) is bound to
@@ -82,6 +84,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: set, clock: clockwork.NewRealClock(), runs: map[string]*runState{}, tables: map[string]tableDef{}}
 	for _, t := range set.tables {
 		s.tables[t.Name] = t
+	}
+	if set.TLSCert != "" {
+		if s.certs, err = newCertHolder(set.TLSCert, set.TLSKey); err != nil {
+			return nil, err
+		}
 	}
 	s.metrics = newMetrics(s)
 	return s, nil
@@ -132,6 +139,12 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 			unixLn.Close()
 			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 		}
+		if s.certs != nil {
+			// net/http does the handshake in the connection's goroutine,
+			// within ReadHeaderTimeout.
+			tcpLn = tls.NewListener(tcpLn, s.certs.config())
+			s.logCert("TLS certificate loaded", s.certs.leaf())
+		}
 		listeners = append(listeners, tcpLn)
 		servers = append(servers, s.httpServer(true))
 	}
@@ -163,7 +176,8 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 			}
 		}()
 	}
-	s.cfg.Log.Info().Str("socket", s.cfg.Socket).Str("listen", s.cfg.Listen).Str("db", s.cfg.DBPath).Msg("serving")
+	s.cfg.Log.Info().Str("socket", s.cfg.Socket).Str("listen", s.cfg.Listen).Bool("tls", s.certs != nil).
+		Bool("allow_remote", s.cfg.AllowRemote).Str("db", s.cfg.DBPath).Msg("serving")
 	if ready != nil {
 		ready()
 	}
@@ -260,7 +274,10 @@ func (s *Server) buildUnpublished(names []string) {
 	}
 }
 
-// SetTables replaces the tables the daemon keeps fresh (SIGHUP reload):
+// SetTables replaces the tables the daemon keeps fresh (SIGHUP reload),
+// and reads the TCP listener's certificate and key again (Config.TLSCert;
+// a pair that does not load is a *ConfigError, and then nothing changes:
+// the tables and the certificate stay as they were):
 // added tables without a published generation are built, removed ones are
 // no longer built or scheduled but stay readable, changed schedules take
 // effect, and published tables whose definition changed (Table.Spec) are
@@ -269,6 +286,9 @@ func (s *Server) buildUnpublished(names []string) {
 func (s *Server) SetTables(tables []Table) error {
 	defs, err := validateTables(tables)
 	if err != nil {
+		return err
+	}
+	if err := s.reloadCert(); err != nil {
 		return err
 	}
 	// One reload at a time; gocron is called without s.mu held, since its

@@ -3,6 +3,8 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/user"
@@ -153,4 +155,177 @@ func runOnce(t *testing.T, cfg Config) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	return s.Run(ctx, func() { t.Error("ready called") })
+}
+
+// TestSocketNeverWider: while the daemon starts, a goroutine stats the
+// socket's path and its directory as fast as it can; the socket's path is
+// never seen with a mode other than socket_mode, every private directory
+// seen beside it is 0700, and none is left once the daemon serves.
+func TestSocketNeverWider(t *testing.T) {
+	cfg := baseConfig(t)
+	dir := filepath.Dir(cfg.Socket)
+	cfg.SocketMode = 0o640
+	base := filepath.Base(cfg.Socket)
+	stop := make(chan struct{})
+	type seen struct {
+		socket   []os.FileMode // each observation of the final path
+		tmpDirs  []os.FileMode // each observation of a private directory
+		rounds   int
+		notSocks []string
+	}
+	res := make(chan seen, 1)
+	observe := func(s *seen) {
+		s.rounds++
+		if fi, err := os.Lstat(cfg.Socket); err == nil {
+			s.socket = append(s.socket, fi.Mode())
+		}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), base+".tmp-") {
+				if fi, err := os.Lstat(filepath.Join(dir, e.Name())); err == nil {
+					s.tmpDirs = append(s.tmpDirs, fi.Mode())
+				}
+			}
+		}
+	}
+	go func() {
+		var s seen
+		for {
+			select {
+			case <-stop:
+				observe(&s) // once more, after the daemon serves
+				res <- s
+				return
+			default:
+				observe(&s)
+			}
+		}
+	}()
+	d := start(t, cfg)
+	close(stop)
+	s := <-res
+	if len(s.socket) == 0 {
+		t.Fatalf("the poller never saw the socket (%d rounds)", s.rounds)
+	}
+	for _, m := range s.socket {
+		if m&os.ModeSocket == 0 || m.Perm() != cfg.SocketMode {
+			t.Fatalf("the socket's path was seen as %v, want a socket with mode %v (observations: %v)", m, cfg.SocketMode, s.socket)
+		}
+	}
+	for _, m := range s.tmpDirs {
+		if !m.IsDir() || m.Perm() != 0o700 {
+			t.Fatalf("a private directory beside the socket was seen as %v, want a 0700 directory", m)
+		}
+	}
+	t.Logf("%d rounds: the socket seen %d times, a private directory %d times", s.rounds, len(s.socket), len(s.tmpDirs))
+	if left, _ := filepath.Glob(filepath.Join(dir, base+".tmp-*")); len(left) > 0 {
+		t.Fatalf("private directories left: %v", left)
+	}
+	if r := d.c.get(t, "/healthz"); r.status != 200 {
+		t.Fatalf("healthz %d", r.status)
+	}
+	d.stop(t)
+	if _, err := os.Lstat(cfg.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket is left after Run returned (%v)", err)
+	}
+}
+
+// TestListenUnixLinksInPlace: at the moment the socket is linked at its
+// path, the path does not exist yet, and the socket already has its mode
+// in a private 0700 directory; a directory a crashed start left is
+// removed; a path too long for bind(2) once inside the private directory
+// still works; Close leaves a socket that replaced ours alone.
+func TestListenUnixLinksInPlace(t *testing.T) {
+	root := shortDir(t)
+	for _, c := range []struct {
+		name string
+		path string
+	}{
+		{"short", filepath.Join(root, "api.sock")},
+		// 104 bytes: fits bind(2), but not once inside path.tmp-N/.
+		{"long", filepath.Join(root, strings.Repeat("d", 104-len(root)-len("/x.sock")-1), "x.sock")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := c.path
+			if len(path) > maxSocketPath {
+				t.Fatalf("test path of %d bytes is too long for bind(2)", len(path))
+			}
+			if c.name == "long" && len(path+".tmp-4294967295/s") <= maxSocketPath {
+				t.Fatalf("test path of %d bytes: its temporary name fits bind(2), the case is not exercised", len(path))
+			}
+			dir := filepath.Dir(path)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// A crashed start's leftover: a private directory with a socket.
+			left := filepath.Join(dir, filepath.Base(path)+".tmp-123")
+			if err := os.Mkdir(left, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if len(filepath.Join(left, "s")) <= maxSocketPath { // else an empty one
+				lln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(left, "s"), Net: "unix"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lln.SetUnlinkOnClose(false)
+				lln.Close()
+			}
+
+			var atLink []string
+			ln, err := listenUnixObserved(path, 0o660, -1, func(tmp string) {
+				if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+					atLink = append(atLink, fmt.Sprintf("the final path exists before the link (%v)", err))
+				}
+				if fi, err := os.Lstat(filepath.Dir(tmp)); err != nil || fi.Mode().Perm() != 0o700 || filepath.Dir(filepath.Dir(tmp)) != dir {
+					atLink = append(atLink, fmt.Sprintf("private directory %s: %v %v, want 0700 beside the socket", filepath.Dir(tmp), fi.Mode(), err))
+				}
+				if fi, err := os.Lstat(tmp); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
+					atLink = append(atLink, fmt.Sprintf("socket before the link: %v %v, want a socket 0660", fi.Mode(), err))
+				}
+				atLink = append(atLink, "called")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(atLink) != 1 || atLink[0] != "called" {
+				t.Fatalf("at the link: %v", atLink)
+			}
+			fi, err := os.Lstat(path)
+			if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
+				t.Fatalf("socket %v %v, want a socket 0660", fi.Mode(), err)
+			}
+			if tmps, _ := filepath.Glob(path + ".tmp-*"); len(tmps) > 0 {
+				t.Fatalf("private directories left (the crashed one included): %v", tmps)
+			}
+			// It serves.
+			go func() {
+				if c, err := ln.Accept(); err == nil {
+					c.Write([]byte("ok"))
+					c.Close()
+				}
+			}()
+			conn, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 2)
+			if _, err := io.ReadFull(conn, b); err != nil || string(b) != "ok" {
+				t.Fatalf("read %q: %v", b, err)
+			}
+			conn.Close()
+			// Another socket takes the path: our Close leaves it.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			other, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			ln.Close()
+			if _, err := os.Lstat(path); err != nil {
+				t.Fatalf("Close removed another listener's socket: %v", err)
+			}
+		})
+	}
 }

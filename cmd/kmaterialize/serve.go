@@ -38,8 +38,13 @@ The config file (YAML; an unknown field is an error naming its line):
   socket_mode: "0660"                      # default 0600
   socket_group: kmaterialize-readers       # default: the process's group
   listen: 127.0.0.1:9466                   # optional: reads, /metrics, /healthz, /readyz
-  allow_remote: false                      # a non-loopback listen needs this and admin_token
-  admin_token: ${KMATERIALIZE_ADMIN_TOKEN} # bearer token for POST on listen
+  admin_token: ${KMATERIALIZE_ADMIN_TOKEN} # bearer token for every route on listen (POST, DELETE too)
+  allow_remote: false                      # true: a non-loopback listen; every route but health needs a token
+  read_token: ${KMATERIALIZE_READ_TOKEN}   # with allow_remote: bearer token for reads (GET)
+  metrics_token: ${KMATERIALIZE_METRICS_TOKEN} # with allow_remote: bearer token for GET /metrics only
+  tls_cert: /etc/kmaterialize/tls/server.pem   # TLS 1.2+ on listen (chain, leaf first); SIGHUP reloads
+  tls_key: /etc/kmaterialize/tls/server.key
+  allow_plaintext_tokens: false            # allow_remote without TLS: only on an encrypted network
   kafka:
     brokers: kafka-1:9092,kafka-2:9092
     properties:                            # librdkafka properties; ${NAME} from the environment
@@ -79,12 +84,21 @@ The table options mean what the rebuild flags of the same name mean, and
 kmaterialize rebuild --config FILE --table NAME builds the same table without
 a daemon. Relative paths are relative to the config file's directory.
 ${NAME} is taken from the environment in db, socket, admin_token,
-kafka.brokers, the kafka.properties values, schema_registry and catalog
-(e.g. db: ${STATE_DIRECTORY}/tables.db); a ${ in any other field is an
-error, and $${ is a literal ${.
+read_token, metrics_token, tls_cert, tls_key, kafka.brokers, the
+kafka.properties values, schema_registry and catalog (e.g. db:
+${STATE_DIRECTORY}/tables.db); a ${ in any other field is an error, and $${
+is a literal ${.
 Secrets (properties whose name says password, secret or token,
-sasl.jaas.config, ssl.key.pem, and the admin token) never appear in logs or
-errors.
+sasl.jaas.config, ssl.key.pem, and the admin, read and metrics tokens)
+never appear in logs or errors.
+
+The TCP listener (listen): on loopback without allow_remote, reads are open
+to this host and anything else needs admin_token (403 without). With
+allow_remote: true, every route but /healthz and /readyz needs
+Authorization: Bearer TOKEN: read_token for reads, metrics_token for
+/metrics only, admin_token for everything (401 without a token or with a
+wrong one, 403 for a token on a route it does not open); allow_remote
+without tls_cert and tls_key is exit 2 unless allow_plaintext_tokens: true.
 
 -F FILE (a kcat-style librdkafka properties file, KEY=VALUE lines) adds
 Kafka properties over the config's kafka.properties, for example to keep a
@@ -98,11 +112,12 @@ the old table is served (and followed) as it was, and updates of it are
 refused. The other options take effect without a rebuild.
 
 Signals: SIGHUP reloads the file: added tables are built, removed ones are no
-longer rebuilt or scheduled but stay readable; a file that does not load is
-logged and the running tables are kept (db, socket and listen changes need a
-restart). SIGTERM or SIGINT stops accepting requests, lets those in flight
-finish, abandons unpublished rebuilds and exits 0; a second signal exits at
-once. With systemd Type=notify, READY=1 is sent once the socket serves (not
+longer rebuilt or scheduled but stay readable, and the TLS certificate and
+key are read again; a file (or a certificate) that does not load is logged
+and the running tables and certificate are kept (db, socket, listen, token
+and TLS path changes need a restart). SIGTERM or SIGINT stops accepting
+requests, lets those in flight finish, abandons unpublished rebuilds and
+exits 0; a second signal exits at once. With systemd Type=notify, READY=1 is sent once the socket serves (not
 once every table is built: GET /readyz says that).
 
 --check-config FILE checks the file as serve would at start (and on
@@ -202,6 +217,8 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 	return serve.Config{
 		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
+		ReadToken: cfg.ReadToken.Reveal(), MetricsToken: cfg.MetricsToken.Reveal(),
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, AllowPlaintextTokens: cfg.AllowPlaintextTokens,
 		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
 		Update: serveUpdate(cfg),
@@ -328,11 +345,15 @@ func reload(path, propsFile string, old *config.Config, srv *serve.Server, log z
 		return
 	}
 	if cfg.DB != old.DB || cfg.Socket != old.Socket || cfg.SocketMode != old.SocketMode || cfg.SocketGroup != old.SocketGroup ||
-		cfg.Listen != old.Listen || cfg.AllowRemote != old.AllowRemote || cfg.AdminToken != old.AdminToken {
-		log.Warn().Str("config", path).Msg("db, socket, listen and admin_token changes take effect at the next start only")
+		cfg.Listen != old.Listen || cfg.AllowRemote != old.AllowRemote || cfg.AdminToken != old.AdminToken ||
+		cfg.ReadToken != old.ReadToken || cfg.MetricsToken != old.MetricsToken || cfg.TLSCert != old.TLSCert ||
+		cfg.TLSKey != old.TLSKey || cfg.AllowPlaintextTokens != old.AllowPlaintextTokens {
+		log.Warn().Str("config", path).Msg("db, socket, listen, token and TLS path changes take effect at the next start only (SIGHUP reads the certificate files named at start again)")
 	}
+	// SetTables also reads the TLS certificate and key again; when they do
+	// not load, nothing changes.
 	if err := srv.SetTables(serveTables(cfg)); err != nil {
-		log.Error().Err(err).Str("config", path).Msg("reload refused: keeping the running tables")
+		log.Error().Err(err).Str("config", path).Msg("reload refused: keeping the running tables and TLS certificate")
 		return
 	}
 	log.Info().Str("config", path).Strs("tables", cfg.Names()).Msg("config reloaded")

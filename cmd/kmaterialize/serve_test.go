@@ -177,6 +177,12 @@ func TestServeConfigErrors(t *testing.T) {
 	if r := mustCLI(t, exitUsage, "serve", "--config", cfgPath); !strings.Contains(r.stderr, "allow_remote") {
 		t.Fatalf("stderr: %s", r.stderr)
 	}
+	// allow_remote without TLS (issue 19 point 6): exit 2 naming the line.
+	write("db: t.db\nlisten: 10.0.0.5:9466\nread_token: r0k\nallow_remote: true\n")
+	if r := mustCLI(t, exitUsage, "serve", "--config", cfgPath); !strings.Contains(r.stderr, ":4:") || !strings.Contains(r.stderr, "allow_plaintext_tokens") ||
+		strings.Contains(r.stderr, "r0k") {
+		t.Fatalf("stderr: %s", r.stderr)
+	}
 	write("db: t.db\nkafka:\n  brokers: " + broker.Addr + "\ntables:\n  - {name: a, topic: t, schedule: \"@hourly\"}\n")
 	if r := mustCLI(t, exitUsage, "serve", "--config", cfgPath); !strings.Contains(r.stderr, ":5:") || !strings.Contains(r.stderr, "schedule") {
 		t.Fatalf("stderr: %s", r.stderr)
