@@ -3,10 +3,12 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +221,91 @@ func checkSerial(t *testing.T, what string, runs []runResult) {
 			t.Fatalf("%s: run %d started at %s, before run %d ended at %s: two runs at once",
 				what, r.ID, r.Started.Format(time.RFC3339Nano), sorted[i-1].ID, sorted[i-1].Ended.Format(time.RFC3339Nano))
 		}
+	}
+}
+
+// TestCancelAndShutdown: POST cancel removes a queued run and cancels a
+// reading one, each then ending with a last_error that says cancelled
+// (the table served as it was); with nothing queued or going it is 404
+// no_run. The shutdown then drops the queued run and cancels the reading
+// one: both end cancelled at shutdown, and Run returns nil.
+func TestCancelAndShutdown(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	builds := make([]atomic.Int64, len(names))
+	release := make([]chan struct{}, len(names))
+	var tables []Table
+	for i, n := range names {
+		release[i] = make(chan struct{}, 4)
+		release[i] <- struct{}{} // the build at start goes through
+		tables = append(tables, storeTable(n, "", &builds[i], release[i]))
+	}
+	d := start(t, baseConfig(t, tables...))
+	c := d.c
+	waitFor(t, "the first builds", 30*time.Second, func() bool {
+		for _, n := range names {
+			if c.table(t, n).State != StateReady {
+				return false
+			}
+		}
+		return true
+	})
+	post := func(path string, want int) response {
+		t.Helper()
+		r := c.do(t, "POST", path, nil)
+		if r.status != want {
+			t.Fatalf("POST %s: %d %s, want %d", path, r.status, r.body, want)
+		}
+		return r
+	}
+	gens := map[string]uint64{}
+	for _, n := range names {
+		gens[n] = *c.table(t, n).Generation
+	}
+	if e := post("/v1/tables/a/cancel", http.StatusNotFound).apiErr(t); e.Code != codeNoRun {
+		t.Fatalf("cancel with no run: code %s", e.Code)
+	}
+	for _, n := range names {
+		post("/v1/tables/"+n+"/rebuild", http.StatusAccepted)
+	}
+	waitFor(t, "a's rebuild reading", 30*time.Second, func() bool { return builds[0].Load() == 2 })
+	if st := c.table(t, "b"); st.State != StateQueued {
+		t.Fatalf("b: state %s, want queued", st.State)
+	}
+	var cj cancelJSON
+	if r := post("/v1/tables/b/cancel", http.StatusOK); json.Unmarshal(r.body, &cj) != nil || cj.Phase != "queued" {
+		t.Fatalf("cancel of the queued run: %s", r.body)
+	}
+	if r := post("/v1/tables/a/cancel", http.StatusOK); json.Unmarshal(r.body, &cj) != nil || cj.Phase != "reading" {
+		t.Fatalf("cancel of the reading run: %s", r.body)
+	}
+	for _, n := range []string{"a", "b"} {
+		waitFor(t, n+"'s run cancelled", 30*time.Second, func() bool { return c.table(t, n).LastError != nil })
+		st := c.table(t, n)
+		if st.State != StateFailed || !strings.HasPrefix(st.LastError.Error, "cancelled by request") || *st.Generation != gens[n] {
+			t.Fatalf("%s after cancel: state %s last_error %+v generation %d, want failed, cancelled, generation %d", n, st.State, st.LastError, *st.Generation, gens[n])
+		}
+		if rows, _, _ := c.scan(t, n, 10); !cmp.Equal(rows, oracle{"run": "1"}) {
+			t.Fatalf("%s after cancel: rows %v, want the first build's", n, rows)
+		}
+	}
+	if builds[1].Load() != 1 {
+		t.Fatalf("b's cancelled queued run built (%d builds)", builds[1].Load())
+	}
+	// c's run starts once a's ended; b queues behind it; then shutdown.
+	waitFor(t, "c's rebuild reading", 30*time.Second, func() bool { return builds[2].Load() == 2 })
+	post("/v1/tables/b/rebuild", http.StatusAccepted)
+	if st := c.table(t, "b"); st.State != StateQueued {
+		t.Fatalf("b: state %s, want queued behind c", st.State)
+	}
+	d.stop(t)
+	runs := d.lastRuns([]string{"b", "c"})
+	for i, n := range []string{"b", "c"} {
+		var ce *CancelledError
+		if !errors.As(runs[i].Err, &ce) || ce.Why != "at shutdown" {
+			t.Fatalf("%s's run at shutdown ended with %v, want cancelled at shutdown", n, runs[i].Err)
+		}
+	}
+	if builds[1].Load() != 1 {
+		t.Fatalf("b's queued run started during shutdown (%d builds)", builds[1].Load())
 	}
 }
