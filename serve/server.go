@@ -105,9 +105,10 @@ func (s *Server) now() time.Time { return s.clock.Now() }
 // socket, calls ready (if not nil) once the socket serves, builds every
 // configured table that has no published generation, rebuilds those whose
 // stored definition differs from the configured one, runs the schedules and
-// serves until ctx ends. Then it stops accepting, lets requests in flight
-// finish (at most ShutdownGrace), cancels running rebuilds (they publish
-// nothing), closes the database, removes the socket and returns nil.
+// serves until ctx ends. Then it shuts down (shutdown.go: queued runs
+// dropped, runs still reading cancelled, runs past their replay published
+// within Config.ShutdownTimeout), closes the database, removes the socket
+// and returns nil.
 // Run may be called once.
 func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	s.mu.Lock()
