@@ -309,3 +309,52 @@ func TestCancelAndShutdown(t *testing.T) {
 		t.Fatalf("b's queued run started during shutdown (%d builds)", builds[1].Load())
 	}
 }
+
+// TestQueueFollowRebuildFirst: a rebuild that rebuild_if_needed starts
+// because following stopped (trigger follow) goes to the front of the
+// queue: it starts before a request queued earlier.
+func TestQueueFollowRebuildFirst(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	builds := make([]atomic.Int64, len(names))
+	release := make([]chan struct{}, len(names))
+	var tables []Table
+	for i, n := range names {
+		release[i] = make(chan struct{}, 4)
+		release[i] <- struct{}{}
+		tables = append(tables, storeTable(n, "", &builds[i], release[i]))
+	}
+	d := start(t, baseConfig(t, tables...))
+	c := d.c
+	waitFor(t, "the first builds", 30*time.Second, func() bool {
+		return c.table(t, "a").State == StateReady && c.table(t, "b").State == StateReady && c.table(t, "c").State == StateReady
+	})
+	release[1] <- struct{}{}
+	release[2] <- struct{}{}
+	if r := c.do(t, "POST", "/v1/tables/a/rebuild", nil); r.status != http.StatusAccepted {
+		t.Fatalf("POST rebuild a: %d %s", r.status, r.body)
+	}
+	waitFor(t, "a's rebuild going", 30*time.Second, func() bool { return builds[0].Load() == 2 })
+	if r := c.do(t, "POST", "/v1/tables/b/rebuild", nil); r.status != http.StatusAccepted {
+		t.Fatalf("POST rebuild b: %d %s", r.status, r.body)
+	}
+	if _, err := d.s.startRun("c", triggerFollow); err != nil {
+		t.Fatal(err)
+	}
+	d.s.mu.Lock()
+	var order []string
+	for _, r := range d.s.queue {
+		order = append(order, r.table)
+	}
+	d.s.mu.Unlock()
+	if !cmp.Equal(order, []string{"c", "b"}) {
+		t.Fatalf("queue %v, want [c b]: the follow rebuild first", order)
+	}
+	release[0] <- struct{}{}
+	waitFor(t, "b and c rebuilt", 30*time.Second, func() bool { return builds[1].Load() == 2 && builds[2].Load() == 2 })
+	waitFor(t, "b's run ended", 30*time.Second, func() bool { return c.table(t, "b").State == StateReady })
+	runs := d.lastRuns([]string{"b", "c"})
+	checkSerial(t, "b and c", runs)
+	if !runs[1].Started.Before(runs[0].Started) {
+		t.Fatalf("c's follow rebuild started at %s, after b's request at %s", runs[1].Started, runs[0].Started)
+	}
+}

@@ -55,20 +55,25 @@ func (r *retryState) json() *retryJSON {
 	return out
 }
 
-// planRetry plans (or forgets) the retry of table's first build after the
-// run that ended with res. It wakes the retry loop.
-func (s *Server) planRetry(table string, res runResult) {
+// published reports whether table has a published generation (an error
+// other than "not found" counts as published: never retried blindly).
+func (s *Server) published(table string) bool {
 	s.mu.Lock()
 	db := s.db
-	_, configured := s.tables[table]
 	s.mu.Unlock()
-	published := false
-	if db != nil {
-		_, err := db.Table(table)
-		published = err == nil || !errors.Is(err, store.ErrTableNotFound)
+	if db == nil {
+		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	_, err := db.Table(table)
+	return err == nil || !errors.Is(err, store.ErrTableNotFound)
+}
+
+// planRetryLocked plans (or forgets) the retry of table's first build
+// after the run that ended with res, and wakes the retry loop. Call with
+// s.mu held, in the same critical section that ends the run, so that the
+// retry loop never finds the run lock still taken by the run it retries.
+func (s *Server) planRetryLocked(table string, res runResult, published bool) {
+	_, configured := s.tables[table]
 	st := s.state(table)
 	if res.Err == nil || published || !configured || res.ExitCode != retriableExit || errors.Is(res.Err, errCancelled) {
 		st.retry = nil

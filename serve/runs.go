@@ -129,8 +129,9 @@ func (s *Server) execute(r *run) {
 		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("rebuild failed; the previous generation stays served")
 	}
 	s.metrics.runEnded(r.table, res, rep)
-	s.planRetry(r.table, res)
+	published := err == nil || s.published(r.table)
 	s.mu.Lock()
+	s.planRetryLocked(r.table, res, published)
 	s.endRunLocked(r, res)
 	// The run's catch-up paused the follower: the run's end, and only it,
 	// resumes it.
