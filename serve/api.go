@@ -861,6 +861,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 				rt.Reason = "its first build is running"
 			case t.State == StateQueued:
 				rt.Reason = "its first build is queued (max_concurrent_runs)"
+			case t.LastError != nil && t.Retry != nil && t.Retry.Next != nil:
+				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s; retried at %s", t.LastError.ExitCode, t.LastError.Error, *t.Retry.Next)
 			case t.LastError != nil:
 				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s", t.LastError.ExitCode, t.LastError.Error)
 			default:

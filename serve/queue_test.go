@@ -358,3 +358,47 @@ func TestQueueFollowRebuildFirst(t *testing.T) {
 		t.Fatalf("c's follow rebuild started at %s, after b's request at %s", runs[1].Started, runs[0].Started)
 	}
 }
+
+// TestDropTakesRunLock: a DELETE of a table (no longer configured) while
+// an update of it goes is 409 run_in_progress naming the run and drops
+// nothing; once the update ended, the drop goes through.
+func TestDropTakesRunLock(t *testing.T) {
+	var builds atomic.Int64
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	cfg := baseConfig(t, storeTable("x", "", &builds, nil))
+	cfg.Update = func(ctx context.Context, db *store.DB, table string, _ bool, _ zerolog.Logger) (materialize.Report, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return materialize.Report{}, ctx.Err()
+		}
+		m, err := db.Table(table)
+		return materialize.Report{Meta: m}, err
+	}
+	d := start(t, cfg)
+	c := d.c
+	waitFor(t, "x built", 30*time.Second, func() bool { return c.table(t, "x").State == StateReady })
+	if err := d.s.SetTables(nil); err != nil {
+		t.Fatal(err)
+	}
+	upd := postAsync(c, "/v1/tables/x/update")
+	<-entered // the condition: the update is going
+	r := c.do(t, "DELETE", "/v1/tables/x", nil)
+	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != codeRunInProgress || e.Run == 0 {
+		t.Fatalf("DELETE during an update: %d %s, want 409 run_in_progress naming the run", r.status, r.body)
+	}
+	if st := c.table(t, "x"); st.Generation == nil {
+		t.Fatal("the refused drop dropped the table")
+	}
+	close(release)
+	if r := <-upd; r.status != http.StatusOK {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	if r := c.do(t, "DELETE", "/v1/tables/x", nil); r.status != http.StatusOK {
+		t.Fatalf("DELETE after the update: %d %s", r.status, r.body)
+	}
+	if r := c.get(t, "/v1/tables/x"); r.status != http.StatusNotFound {
+		t.Fatalf("GET after the drop: %d %s", r.status, r.body)
+	}
+}
