@@ -40,7 +40,8 @@
 //
 //	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
 //	403 forbidden (a POST on TCP without the admin token)
-//	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
+//	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found,
+//	    no_run (cancel with nothing queued or going)
 //	405 method_not_allowed
 //	409 generation_gone, run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
 //	    table_followed (update of a followed table),
