@@ -785,7 +785,7 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 	run, err := s.startRun(table, triggerRequest)
 	switch {
 	case errors.Is(err, errRunning):
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already queued or running (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
 		return
 	case errors.Is(err, errStopping):
 		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())

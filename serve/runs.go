@@ -24,7 +24,7 @@ const (
 // Errors returned when a run cannot start.
 var (
 	// errRunning is returned by startRun when the table has a run going.
-	errRunning = errors.New("a run of this table is already queued or running")
+	errRunning = errors.New("a run of this table is already running or queued")
 	// errStopping is returned by startRun once the daemon is shutting down.
 	errStopping = errors.New("the daemon is shutting down")
 )
