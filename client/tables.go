@@ -64,6 +64,7 @@ const (
 	StateReady      = "ready"      // published, last run succeeded
 	StateRebuilding = "rebuilding" // published and served while a rebuild runs
 	StateFailed     = "failed"     // the last run failed; the previous generation (if any) is served
+	StateQueued     = "queued"     // a run waits in the daemon's queue (max_concurrent_runs)
 )
 
 // Partition is one partition of a table's checkpoint, as `kmaterialize

@@ -53,6 +53,12 @@ type Config struct {
 	// none.
 	SchemaRegistry SchemaRegistry
 	Tables         []Table // in file order
+
+	// The daemon's runs (docs/daemon.md, "Runs: the queue, retries,
+	// cancel and shutdown"); 0 means serve's default.
+	MaxConcurrentRuns int           // max_concurrent_runs: runs going at once (default 1)
+	RetryBackoffMax   time.Duration // retry_backoff_max: the longest wait between retries of a failed first build (default 1m)
+	ShutdownTimeout   time.Duration // shutdown_timeout: how long SIGTERM waits for runs past their replay (default 30s)
 }
 
 // Kafka is the connection every table's replay uses.
@@ -122,6 +128,10 @@ type file struct {
 
 	Kafka  fileKafka   `yaml:"kafka"`
 	Tables []fileTable `yaml:"tables"`
+
+	MaxConcurrentRuns *int   `yaml:"max_concurrent_runs"`
+	RetryBackoffMax   string `yaml:"retry_backoff_max"`
+	ShutdownTimeout   string `yaml:"shutdown_timeout"`
 
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
 }
@@ -419,6 +429,9 @@ func (p *parser) build(f *file) (*Config, error) {
 	}
 	var err error
 	if c.SchemaRegistry, err = p.schemaRegistry(f.SchemaRegistry); err != nil {
+		return nil, err
+	}
+	if err := p.runSettings(f, c); err != nil {
 		return nil, err
 	}
 	seen := map[string]int{}
@@ -758,6 +771,35 @@ func (p *parser) followFields(t *Table, ft fileTable, bad func(key, format strin
 			return bad("max_lag", "%d: must be a positive number of records", *ft.MaxLag)
 		}
 		t.MaxLag = *ft.MaxLag
+	}
+	return nil
+}
+
+// runSettings reads the daemon's run settings (max_concurrent_runs,
+// retry_backoff_max, shutdown_timeout) into c.
+func (p *parser) runSettings(f *file, c *Config) error {
+	if n := f.MaxConcurrentRuns; n != nil {
+		if *n < 1 {
+			return p.errorf(p.line("max_concurrent_runs"), "max_concurrent_runs", "%d: want at least 1", *n)
+		}
+		c.MaxConcurrentRuns = *n
+	}
+	for _, d := range []struct {
+		key string
+		val string
+		dst *time.Duration
+	}{{"retry_backoff_max", f.RetryBackoffMax, &c.RetryBackoffMax}, {"shutdown_timeout", f.ShutdownTimeout, &c.ShutdownTimeout}} {
+		if d.val == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.val)
+		if err != nil {
+			return p.errorf(p.line(d.key), d.key, "%q: %s", d.val, notDuration(d.val, "e.g. 30s, 1m"))
+		}
+		if v <= 0 {
+			return p.errorf(p.line(d.key), d.key, "%q: must be positive", d.val)
+		}
+		*d.dst = v
 	}
 	return nil
 }

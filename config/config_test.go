@@ -138,7 +138,8 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Socket != "/var/lib/km/t.db.sock" || c.SocketMode != 0o600 || c.Listen != "" || c.AdminToken != "" {
+	if c.Socket != "/var/lib/km/t.db.sock" || c.SocketMode != 0o600 || c.Listen != "" || c.AdminToken != "" ||
+		c.MaxConcurrentRuns != 0 || c.RetryBackoffMax != 0 || c.ShutdownTimeout != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	want := materialize.Spec{Name: "b", Topic: "t", Fold: "latest", End: replay.EndHigh}
@@ -197,6 +198,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad max change", head + "  - name: a\n    topic: t\n    max_change: lots\n", 7, []string{"tables[0].max_change", "want a percentage"}},
 		{"zero stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 0s\n", 7, []string{"must be positive"}},
 		{"bad on_bad_record", head + "  - name: a\n    topic: t\n    on_bad_record: ignore\n", 7, []string{"fail or skip"}},
+		{"zero max_concurrent_runs", "db: t.db\nmax_concurrent_runs: 0\n", 2, []string{"max_concurrent_runs", "want at least 1"}},
+		{"retry_backoff_max without a unit", "db: t.db\nretry_backoff_max: 60\n", 2, []string{"retry_backoff_max", "use 60s"}},
+		{"negative shutdown_timeout", "db: t.db\nshutdown_timeout: -1s\n", 2, []string{"shutdown_timeout", "must be positive"}},
 		{"missing catalog", head + "  - {name: a, topic: t, fold: count, identity_field: i, group_field: g, catalog: nope.json}\n", 5,
 			[]string{"tables[0].catalog", "nope.json"}},
 		{"bad catalog", head + "  - {name: a, topic: t, fold: count, identity_field: i, group_field: g, catalog: bad.json}\n", 5,
@@ -365,5 +369,17 @@ func TestIsSecretKey(t *testing.T) {
 		if config.IsSecretKey(k) != want {
 			t.Errorf("IsSecretKey(%q) = %v", k, !want)
 		}
+	}
+}
+
+// TestLoadRunSettings: the daemon's run settings are read as written.
+func TestLoadRunSettings(t *testing.T) {
+	path := write(t, "db: t.db\nmax_concurrent_runs: 3\nretry_backoff_max: 2m\nshutdown_timeout: 45s\n", nil)
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxConcurrentRuns != 3 || c.RetryBackoffMax != 2*time.Minute || c.ShutdownTimeout != 45*time.Second {
+		t.Fatalf("run settings: %d %s %s", c.MaxConcurrentRuns, c.RetryBackoffMax, c.ShutdownTimeout)
 	}
 }

@@ -215,6 +215,7 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	case werr != nil:
 		return Report{Replay: res}, werr
 	}
+	replayed(ctx) // the rest (merge, publish) reads nothing
 	if err := w.finish(ctx); err != nil {
 		return Report{Replay: res}, fmt.Errorf("table %q: %w", opts.Table, err)
 	}

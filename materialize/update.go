@@ -250,6 +250,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	if err := ctx.Err(); err != nil {
 		return Report{Replay: res}, fmt.Errorf("update of table %q interrupted before publish: %w", o.Table, err)
 	}
+	replayed(ctx) // the rest (apply or merge, publish) reads nothing
 	next := nextCheckpoint(cp, res.Plan)
 	// The table keeps its stored definition (meta.Spec): the run's
 	// overrides (--end, --stall-timeout, --memory) are not stored.

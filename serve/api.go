@@ -53,6 +53,7 @@ func (s *Server) handler(tcp bool) http.Handler {
 	mux.HandleFunc("GET /v1/tables/{table}/export", s.export)
 	mux.HandleFunc("GET /v1/tables/{table}/count", s.count)
 	mux.HandleFunc("POST /v1/tables/{table}/rebuild", s.rebuild)
+	mux.HandleFunc("POST /v1/tables/{table}/cancel", s.cancel)
 	mux.HandleFunc("DELETE /v1/tables/{table}", s.drop)
 	mux.HandleFunc("POST /v1/tables/{table}/update", s.update)
 	mux.HandleFunc("POST /v1/tables/{table}/rollback", s.rollback)
@@ -138,6 +139,9 @@ func (s *Server) readError(w http.ResponseWriter, table string, err error) {
 		s.mu.Lock()
 		_, configured := s.tables[table]
 		s.mu.Unlock()
+		if configured && s.buildFailed(w, table) {
+			return
+		}
 		if configured {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 			writeError(w, http.StatusServiceUnavailable, codeTableNotReady,
@@ -159,6 +163,9 @@ type tableJSON struct {
 	Fold   string            `json:"fold"`
 	Params map[string]string `json:"params,omitempty"`
 	State  string            `json:"state"`
+	// Retry is the planned retry of a failed first build (retry.go);
+	// absent when none is planned.
+	Retry *retryJSON `json:"retry,omitempty"`
 	// Definition says whether the configured definition differs from the
 	// one the published table was built by (definition.go); absent when
 	// there is nothing to compare.
@@ -266,20 +273,16 @@ type lastErrorJSON struct {
 	At       string `json:"at"`
 }
 
+// runJSON is the run queued or going. Started is null while it is queued;
+// Phase is queued, reading (its replay) or publishing (merging,
+// publishing: it ends by itself, and cannot be cancelled).
 type runJSON struct {
-	ID      uint64 `json:"id"`
-	Trigger string `json:"trigger"`
-	Started string `json:"started"`
+	ID       uint64  `json:"id"`
+	Trigger  string  `json:"trigger"`
+	Phase    string  `json:"phase"`
+	QueuedAt string  `json:"queued_at"`
+	Started  *string `json:"started"`
 }
-
-// Table states.
-const (
-	StateEmpty      = "empty"      // never published, no run going
-	StateBuilding   = "building"   // never published, its first build running
-	StateReady      = "ready"      // published, last run succeeded
-	StateRebuilding = "rebuilding" // published and served while a rebuild runs
-	StateFailed     = "failed"     // the last run failed; the previous generation (if any) is served
-)
 
 // describe returns table as the API shows it, reading its metadata and
 // checkpoint in one transaction. found is false when the table is neither
@@ -288,10 +291,18 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	s.mu.Lock()
 	def, configured := s.tables[table]
 	var active *run
+	var phase runPhase
 	var last *runResult
 	var skipped int64
+	var retry *retryJSON
 	if st := s.runs[table]; st != nil {
 		active, last, skipped = st.active, st.last, st.skipped
+		if active != nil {
+			phase = active.phase
+		}
+		if st.retry != nil {
+			retry = st.retry.json()
+		}
 	}
 	s.mu.Unlock()
 
@@ -343,22 +354,9 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 	}
 	fv, followed := s.followInfo(table)
 	followFailed := followed && !fv.running && fv.err != nil
-	switch {
-	case active != nil && published:
-		t.State = StateRebuilding
-	case active != nil:
-		t.State = StateBuilding
-	case last != nil && last.Err != nil:
-		t.State = StateFailed
-	case published && followFailed:
-		t.State = StateFailed
-	case published && followed && fv.running:
-		t.State = StateFollowing
-	case published:
-		t.State = StateReady
-	default:
-		t.State = StateEmpty
-	}
+	t.State = tableState(stateInputs{published: published, active: active, phase: phase, last: last,
+		followed: followed, following: fv.running, followFailed: followFailed})
+	t.Retry = retry
 	if last != nil && last.Err != nil {
 		t.LastError = &lastErrorJSON{Error: last.Err.Error(), ExitCode: last.ExitCode, Run: last.ID, At: last.Ended.UTC().Format(time.RFC3339)}
 	}
@@ -371,7 +369,11 @@ func (s *Server) describe(db *store.DB, table string) (tableJSON, bool, error) {
 		}
 	}
 	if active != nil {
-		t.Run = &runJSON{ID: active.id, Trigger: active.trigger, Started: active.started.UTC().Format(time.RFC3339)}
+		t.Run = &runJSON{ID: active.id, Trigger: active.trigger, Phase: phase.String(), QueuedAt: active.queued.UTC().Format(time.RFC3339Nano)}
+		if phase != phaseQueued {
+			st := active.started.UTC().Format(time.RFC3339)
+			t.Run.Started = &st
+		}
 	}
 	if next := s.nextRun(table); next != nil {
 		n := next.Format(time.RFC3339)
@@ -749,7 +751,7 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 	run, err := s.startRun(table, triggerRequest)
 	switch {
 	case errors.Is(err, errRunning):
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a rebuild of table %q is already running (run %d)", table, run.id), Code: codeRunInProgress, Run: run.id})
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
 		return
 	case errors.Is(err, errStopping):
 		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
@@ -823,6 +825,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case t.State == StateBuilding:
 				rt.Reason = "its first build is running"
+			case t.State == StateQueued:
+				rt.Reason = "its first build is queued (max_concurrent_runs)"
+			case t.LastError != nil && t.Retry != nil && t.Retry.Next != nil:
+				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s; retried at %s", t.LastError.ExitCode, t.LastError.Error, *t.Retry.Next)
 			case t.LastError != nil:
 				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s", t.LastError.ExitCode, t.LastError.Error)
 			default:

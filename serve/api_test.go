@@ -47,7 +47,9 @@ func TestAPIContract(t *testing.T) {
 			}
 			return materialize.Report{}, fmt.Errorf("pending never builds: %w", context.Canceled)
 		}}
-	d := start(t, baseConfig(t, kafkaTable("main", mainTopic, nil), kafkaTable("raw", rawTopic, nil), pending))
+	cfg := baseConfig(t, kafkaTable("main", mainTopic, nil), kafkaTable("raw", rawTopic, nil), pending)
+	cfg.MaxConcurrentRuns = 3 // pending never ends: the others must not queue behind it
+	d := start(t, cfg)
 	c := d.c
 	waitFor(t, "main and raw published", 60*time.Second, func() bool {
 		return c.table(t, "main").State == StateReady && c.table(t, "raw").State == StateReady

@@ -102,6 +102,28 @@ type Config struct {
 	// Command is what the holder record says this process runs (no
 	// secrets). Default "kmaterialize serve".
 	Command string
+
+	// Runs: the queue, retries and shutdown (queue.go, retry.go,
+	// shutdown.go).
+	//
+	// MaxConcurrentRuns is how many runs (rebuilds and updates, of
+	// different tables) go at once; the others wait in a FIFO queue.
+	// 0 means DefaultMaxConcurrentRuns (1).
+	MaxConcurrentRuns int
+	// RetryBackoff is the first wait before a failed first build that may
+	// pass (exit code 5) is tried again; it doubles up to RetryBackoffMax.
+	// 0 means DefaultRetryBackoff (1s).
+	RetryBackoff time.Duration
+	// RetryBackoffMax bounds the wait between retries. 0 means
+	// DefaultRetryBackoffMax (1m).
+	RetryBackoffMax time.Duration
+	// ShutdownTimeout bounds how long Run waits, once its context ends,
+	// for runs past their replay to publish and for requests to finish.
+	// 0 means DefaultShutdownTimeout (30s).
+	ShutdownTimeout time.Duration
+	// Stopping, if set, is called once when shutdown begins (the CLI tells
+	// systemd STOPPING=1).
+	Stopping func()
 }
 
 // DefaultSocketMode is the socket's mode when Config.SocketMode is 0.
@@ -170,6 +192,9 @@ func validate(cfg Config) (settings, error) {
 		return s, err
 	}
 	s.tables = tables
+	if err := s.runDefaults(); err != nil {
+		return s, err
+	}
 	if s.ExitCode == nil {
 		s.ExitCode = func(err error) int {
 			if err == nil {
@@ -313,6 +338,32 @@ func checkTableName(name string) error {
 		if r == 0xFFFD || r < 0x20 || r == 0x7f {
 			return fmt.Errorf("table name must be printable UTF-8")
 		}
+	}
+	return nil
+}
+
+// runDefaults applies and checks the defaults of the run settings.
+func (s *settings) runDefaults() error {
+	switch {
+	case s.MaxConcurrentRuns < 0:
+		return &ConfigError{Field: "max_concurrent_runs", Value: strconv.Itoa(s.MaxConcurrentRuns), Reason: "must be at least 1 (0: the default, 1)"}
+	case s.RetryBackoff < 0 || s.RetryBackoffMax < 0:
+		return &ConfigError{Field: "retry_backoff_max", Value: s.RetryBackoffMax.String(), Reason: "must be positive"}
+	case s.ShutdownTimeout < 0:
+		return &ConfigError{Field: "shutdown_timeout", Value: s.ShutdownTimeout.String(), Reason: "must be positive"}
+	}
+	if s.MaxConcurrentRuns == 0 {
+		s.MaxConcurrentRuns = DefaultMaxConcurrentRuns
+	}
+	if s.RetryBackoff == 0 {
+		s.RetryBackoff = DefaultRetryBackoff
+	}
+	if s.RetryBackoffMax == 0 {
+		s.RetryBackoffMax = DefaultRetryBackoffMax
+	}
+	s.RetryBackoffMax = max(s.RetryBackoffMax, s.RetryBackoff)
+	if s.ShutdownTimeout == 0 {
+		s.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	return nil
 }

@@ -17,12 +17,13 @@
 // # Routes
 //
 //	GET  /v1/tables                      {"tables": [TABLE, ...]}
-//	GET  /v1/tables/{table}              TABLE (state empty|building|ready|rebuilding|failed|following;
+//	GET  /v1/tables/{table}              TABLE (state: state.go's tableState; retry of a failed first build;
 //	                                     definition {"changed","fields"} of a configured, published table)
 //	GET  /v1/tables/{table}/keys/{key}   the value's bytes (application/octet-stream)
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
-//	POST /v1/tables/{table}/rebuild      202 {"run": ID}; ?wait=1: 200 {"run","exit_code","error","generation"}
+//	POST /v1/tables/{table}/rebuild      202 {"run": ID} (queued); ?wait=1 (through the queue): 200 {"run","exit_code","error","generation"}
+//	POST /v1/tables/{table}/cancel       200 {"run","phase"}: a queued run removed, a reading one cancelled
 //	POST /v1/tables/{table}/update       waits: 200 {"run","exit_code","error","generation","mode","keys","records","updates"};
 //	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds but a followed one)
 //	POST /v1/tables/{table}/rollback     ?generation=G (default the newest kept): 200 {"generation","from","keys"}
@@ -40,20 +41,26 @@
 //	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
 //	401 unauthorized (TCP with AllowRemote: no bearer token, or an unknown one; WWW-Authenticate: Bearer)
 //	403 forbidden (TCP: a POST or DELETE without the admin token; a metrics token beyond /metrics)
-//	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found
+//	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found,
+//	    no_run (cancel with nothing queued or going)
 //	405 method_not_allowed
-//	409 generation_gone, run_in_progress (with "run": the running run's ID), table_followed (update of a followed table),
+//	409 generation_gone, run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
+//	    table_followed (update of a followed table),
 //	    definition_changed (update of a table the config defines otherwise than it was built)
 //	422 not_utf8 (ask with encoding=base64)
-//	503 table_not_ready (never published yet; with Retry-After), not_ready (/readyz), shutting_down
+//	503 table_not_ready (never published yet; with Retry-After), table_build_failed (its first build failed: reason,
+//	    exit_code, next_retry, attempts), not_ready (/readyz), shutting_down
 //	500 internal (a damaged database)
 //
 // # Runs
 //
 // A run is Table.Build: serve itself never talks to Kafka. The per-table run
 // lock is the daemon's own (a scheduler's singleton mode would not cover
-// requested runs): a request that finds a run going gets 409, a scheduled
-// run that does is skipped, logged and counted. A failed run keeps the
+// requested runs): a request that finds a run queued or going gets 409, a
+// scheduled run that does is skipped, logged and counted. Every run goes
+// through one FIFO queue, at most Config.MaxConcurrentRuns at once
+// (queue.go); a failed first build that may pass (exit code 5) is retried
+// (retry.go). A failed run keeps the
 // previous generation served; the table's state says failed and its
 // last_error carries the exit code the CLI would have given.
 //
@@ -94,9 +101,9 @@
 //
 // # Lifetime
 //
-// Run owns every goroutine it starts (HTTP servers, scheduler, runs) and
-// waits for them before it returns: when its context ends it stops
-// accepting, lets requests in flight finish (at most ShutdownGrace), cancels
-// running rebuilds (they publish nothing), closes the database and removes
-// the socket.
+// Run owns every goroutine it starts (HTTP servers, scheduler, runs,
+// followers, the retry loop) and waits for them before it returns: when its
+// context ends it shuts down as shutdown.go says (queued runs dropped, runs
+// still reading cancelled, runs past their replay published within
+// Config.ShutdownTimeout), closes the database and removes the socket.
 package serve

@@ -32,6 +32,11 @@ const (
 	codeGenerationNotFound = "generation_not_found"
 	codeTableFollowed      = "table_followed"
 	codeDefinitionChanged  = "definition_changed"
+
+	// Runs (queue.go, retry.go).
+	codeTableBuildFailed = "table_build_failed" // 503: the first build failed (reason, next_retry)
+	codeRunPublishing    = "run_publishing"     // 409: a cancel of a run past its replay
+	codeNoRun            = "no_run"             // 404: a cancel with nothing queued or going
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet
@@ -46,6 +51,14 @@ type apiError struct {
 	Run uint64 `json:"run,omitempty"`
 	// Tables are the tables not ready, on /readyz's 503.
 	Tables []readyTable `json:"tables,omitempty"`
+
+	// A 503 table_build_failed: why the first build failed, its exit code,
+	// and when it is tried again (null: not retried by itself: a request
+	// or a reload retries it), after how many failed attempts.
+	Reason    string  `json:"reason,omitempty"`
+	ExitCode  int     `json:"exit_code,omitempty"`
+	NextRetry *string `json:"next_retry,omitempty"`
+	Attempts  int     `json:"attempts,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

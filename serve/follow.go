@@ -21,10 +21,6 @@ import (
 // /readyz to count it ready.
 const DefaultMaxLag = 10000
 
-// StateFollowing is a followed table's state while its follower applies
-// what the topic gains (and no rebuild runs).
-const StateFollowing = "following"
-
 // triggerFollow: a run started because following failed and the table is
 // configured to rebuild when needed.
 const triggerFollow = "follow"

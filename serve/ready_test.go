@@ -37,7 +37,10 @@ func TestReadinessAndReload(t *testing.T) {
 		return build(ctx, db, log)
 	}
 	b := kafkaTable("b", "missing-"+topicA, nil) // the topic does not exist: its build fails
-	d := start(t, baseConfig(t, a, b))
+	cfg := baseConfig(t, a, b)
+	cfg.MaxConcurrentRuns = 2    // a is held at its gate while b fails
+	cfg.RetryBackoff = time.Hour // b stays failed (its retry is not due) while the test looks
+	d := start(t, cfg)
 	c := d.c
 
 	waitFor(t, "b's first build to fail", 60*time.Second, func() bool { return c.table(t, "b").State == StateFailed })

@@ -17,25 +17,39 @@ const (
 	triggerStart    = "start"    // the table had no published generation at start or on SetTables
 	triggerSchedule = "schedule" // its schedule fired
 	triggerRequest  = "request"  // POST .../rebuild
+	triggerRetry    = "retry"    // a retry of a failed first build (retry.go)
+	triggerReload   = "reload"   // SIGHUP: a first build that failed is tried again
 )
 
 // Errors returned when a run cannot start.
 var (
 	// errRunning is returned by startRun when the table has a run going.
-	errRunning = errors.New("a rebuild of this table is already running")
+	errRunning = errors.New("a run of this table is already running or queued")
 	// errStopping is returned by startRun once the daemon is shutting down.
 	errStopping = errors.New("the daemon is shutting down")
 )
 
-// run is one rebuild of one table. Its fields are set before done is
-// closed and only read after.
+// run is one run of one table (a rebuild or an update), from the moment it
+// is queued (queue.go). phase is guarded by Server.mu; result is set
+// before done is closed and only read after.
 type run struct {
 	id      uint64
 	table   string
 	trigger string
-	started time.Time
-	done    chan struct{}
-	result  runResult
+	kind    runKind
+	queued  time.Time
+	started time.Time // when it left the queue; zero while queued
+	phase   runPhase
+	// ctx is the run's own context (a child of Server.runBase): cancelled
+	// with errCancelled by POST .../cancel, with errShutdown at shutdown.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// rebuildIfNeeded and report are an update's (kindUpdate): its option,
+	// and its report, set before done closes.
+	rebuildIfNeeded bool
+	report          *materialize.Report
+	done            chan struct{}
+	result          runResult
 }
 
 // runResult is how a run ended.
@@ -45,18 +59,22 @@ type runResult struct {
 	ExitCode   int
 	Generation uint64 // the generation published, 0 when it published nothing
 	Records    int64
+	Started    time.Time // when it left the queue (a run removed from the queue: when it was queued)
 	Ended      time.Time
 	Took       time.Duration
 }
 
 // runState is one table's run lock and history, guarded by Server.mu.
 type runState struct {
-	active  *run       // nil when no run is going: the run lock
+	active  *run       // the run queued or going, nil when none: the run lock
 	last    *runResult // the last run that ended, nil before the first
-	skipped int64      // scheduled runs skipped because one was going
+	skipped int64      // scheduled runs skipped because one was queued or going
 	// recheck: the configured definition changed while a run was going;
 	// when it ends, the definitions are compared again (definition.go).
 	recheck bool
+	// retry is the retry of a failed first build (retry.go); nil when none
+	// is planned.
+	retry *retryState
 }
 
 // state returns the table's run state, creating it. Call with s.mu held.
@@ -69,43 +87,40 @@ func (s *Server) state(table string) *runState {
 	return st
 }
 
-// startRun takes the table's run lock and starts its Build in a goroutine
-// owned by Run (runWG). It returns errRunning (and the going run) when the
-// lock is taken, errStopping once Run is shutting down or not running.
+// startRun queues a rebuild of a configured table (queue.go). It returns
+// errRunning (and the run queued or going) when the table's run lock is
+// taken, errStopping once Run is shutting down or not running.
 func (s *Server) startRun(name, trigger string) (*run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.db == nil || s.stopping {
-		return nil, errStopping
-	}
-	def, ok := s.tables[name]
-	if !ok {
+	if _, ok := s.tables[name]; !ok && s.db != nil && !s.stopping {
 		return nil, fmt.Errorf("table %q is not configured", name)
 	}
-	st := s.state(name)
-	if st.active != nil {
-		return st.active, errRunning
-	}
-	s.runSeq++
-	r := &run{id: s.runSeq, table: name, trigger: trigger, started: s.now(), done: make(chan struct{})}
-	st.active = r
-	s.runWG.Add(1)
-	go func() {
-		defer s.runWG.Done()
-		s.execute(r, def)
-	}()
-	return r, nil
+	// A rebuild that following's failure needs goes first: the table is
+	// served as last applied meanwhile and falls behind.
+	return s.newRunLocked(name, trigger, kindRebuild, trigger == triggerFollow, nil)
 }
 
-// execute runs def.Build for r, records its outcome and releases the run
+// execute runs the table's Build (by its definition as configured when the
+// run leaves the queue) for r, records its outcome and releases the run
 // lock.
-func (s *Server) execute(r *run, def tableDef) {
+func (s *Server) execute(r *run) {
 	// The build's lines get the table from materialize (see Table.Build).
 	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
 	log := runLog.With().Str(keyTable, r.table).Logger()
-	log.Info().Msg("rebuild started")
-	rep, err := s.build(def, runLog)
-	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
+	s.mu.Lock()
+	def, configured := s.tables[r.table]
+	s.mu.Unlock()
+	var rep materialize.Report
+	var err error
+	if configured {
+		log.Info().Msg("rebuild started")
+		rep, err = s.build(r, def, runLog)
+	} else {
+		err = fmt.Errorf("table %q is no longer configured (removed by a reload while its rebuild was queued)", r.table)
+	}
+	err = cancelled(r, err)
+	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Started: r.started, Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation = rep.Meta.Generation
 		res.Records = rep.Meta.Records
@@ -114,11 +129,10 @@ func (s *Server) execute(r *run, def tableDef) {
 		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("rebuild failed; the previous generation stays served")
 	}
 	s.metrics.runEnded(r.table, res, rep)
+	published := err == nil || s.published(r.table)
 	s.mu.Lock()
-	st := s.state(r.table)
-	st.active = nil
-	st.last = &res
-	r.result = res
+	s.planRetryLocked(r.table, res, published)
+	s.endRunLocked(r, res)
 	// The run's catch-up paused the follower: the run's end, and only it,
 	// resumes it.
 	paused := false
@@ -128,7 +142,7 @@ func (s *Server) execute(r *run, def tableDef) {
 	s.mu.Unlock()
 	// A followed table follows its new generation, or, when the rebuild
 	// failed after stopping the follower for its catch-up, the old one.
-	if def.Follow != nil && (err == nil || paused) {
+	if configured && def.Follow != nil && (err == nil || paused) {
 		s.startFollow(r.table)
 	}
 	s.recheckDefinition(r.table)
@@ -150,20 +164,21 @@ func (s *Server) recheckDefinition(table string) {
 
 // build calls def.Build, turning a panic into an error: one bad table must
 // not end the daemon that serves the others.
-func (s *Server) build(def tableDef, log zerolog.Logger) (rep materialize.Report, err error) {
+func (s *Server) build(r *run, def tableDef, log zerolog.Logger) (rep materialize.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("rebuild of table %q panicked: %v\n%s", def.Name, p, debug.Stack())
 		}
 	}()
+	ctx := materialize.WithReplayed(r.ctx, s.replayed(r))
 	if def.Follow != nil {
-		return def.Follow.Rebuild(s.runCtx, s.db, log, s.catchUpFunc(def.Name))
+		return def.Follow.Rebuild(ctx, s.db, log, s.catchUpFunc(def.Name))
 	}
-	return def.Build(s.runCtx, s.db, log)
+	return def.Build(ctx, s.db, log)
 }
 
-// scheduledRun is a schedule's task: it starts a run unless one is going,
-// in which case it is skipped, logged and counted.
+// scheduledRun is a schedule's task: it queues a run unless one is queued
+// or going, in which case it is skipped, logged and counted.
 func (s *Server) scheduledRun(name string) {
 	r, err := s.startRun(name, triggerSchedule)
 	switch {
@@ -172,10 +187,17 @@ func (s *Server) scheduledRun(name string) {
 		s.state(name).skipped++
 		s.mu.Unlock()
 		s.metrics.skipped(name)
-		s.cfg.Log.Warn().Str(keyTable, name).Uint64("running", r.id).Msg("scheduled rebuild skipped: a rebuild of this table is still running")
+		s.cfg.Log.Warn().Str(keyTable, name).Uint64("running", r.id).Str("phase", s.phaseOf(r)).Msg("scheduled rebuild skipped: a run of this table is still queued or running")
 	case err != nil:
 		s.cfg.Log.Debug().Str(keyTable, name).Err(err).Msg("scheduled rebuild not started")
 	}
+}
+
+// phaseOf returns r's phase as text.
+func (s *Server) phaseOf(r *run) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return r.phase.String()
 }
 
 // waitRun waits for r to end or ctx to, whichever is first.

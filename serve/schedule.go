@@ -9,22 +9,28 @@ import (
 )
 
 // schedule adds the schedules of defs (those that have one) to sched. A job
-// only starts a run (scheduledRun) and returns: the run lock, not gocron's
+// only queues a run (scheduledRun) and returns: the run lock, not gocron's
 // singleton mode, keeps one run per table, so that requested and scheduled
-// runs exclude each other. Call it without s.mu held: gocron's tasks take it.
+// runs exclude each other. An "@every" schedule first fires one interval
+// plus the table's fixed offset (everyOffset) after it is added. Call it without s.mu held: gocron's tasks take it.
 func (s *Server) schedule(sched gocron.Scheduler, defs []tableDef) {
 	for _, def := range defs {
 		var jd gocron.JobDefinition
+		var opts []gocron.JobOption
 		switch {
 		case def.every > 0:
 			jd = gocron.DurationJob(def.every)
+			// A fixed offset from the table's name: tables on one
+			// interval, added together, do not all fire at one instant.
+			first := s.now().Add(def.every + everyOffset(def.Name, def.every))
+			opts = append(opts, gocron.WithStartAt(gocron.WithStartDateTime(first)))
 		case def.cron != "":
 			jd = gocron.CronJob(def.cron, false)
 		default:
 			continue
 		}
 		name := def.Name
-		job, err := sched.NewJob(jd, gocron.NewTask(func() { s.scheduledRun(name) }), gocron.WithName(name))
+		job, err := sched.NewJob(jd, gocron.NewTask(func() { s.scheduledRun(name) }), append(opts, gocron.WithName(name))...)
 		if err != nil {
 			// validateTables checked the schedule; this is not expected.
 			s.cfg.Log.Error().Err(err).Str(keyTable, name).Str("schedule", def.Schedule).Msg("schedule not added")

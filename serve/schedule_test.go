@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,7 @@ func TestScheduleFiresAndSkipsOverlap(t *testing.T) {
 	release := make(chan struct{}, 10)
 	release <- struct{}{} // the first build at start goes through
 	cfg := baseConfig(t, storeTable("every", "@every 10m", &builds, release), storeTable("cron", "*/5 * * * *", &cronBuilds, nil))
+	cfg.MaxConcurrentRuns = 2 // the cron table's runs go while every's is held
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +76,8 @@ func TestScheduleFiresAndSkipsOverlap(t *testing.T) {
 	if diff := cmp.Diff(oracle{"run": "1"}, rows()); diff != "" {
 		t.Fatalf("after the first build (-want +got):\n%s", diff)
 	}
-	if got := *c.table(t, "every").NextRun; got != now.Add(10*time.Minute).Format(time.RFC3339) {
-		t.Fatalf("next_run of @every 10m: %s, want %s", got, now.Add(10*time.Minute).Format(time.RFC3339))
+	if got, want := *c.table(t, "every").NextRun, now.Add(10*time.Minute+everyOffset("every", 10*time.Minute)).Format(time.RFC3339); got != want {
+		t.Fatalf("next_run of @every 10m: %s, want %s (with the table's offset)", got, want)
 	}
 	if got := *c.table(t, "cron").NextRun; got != "2026-03-04T10:05:00Z" {
 		t.Fatalf("next_run of */5: %s, want 2026-03-04T10:05:00Z", got)
@@ -120,7 +122,7 @@ func TestScheduleFiresAndSkipsOverlap(t *testing.T) {
 	if err := s.SetTables([]Table{storeTable("every", "@every 1h", &builds, release)}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := *c.table(t, "every").NextRun, fc.Now().Add(time.Hour).UTC().Format(time.RFC3339); got != want {
+	if got, want := *c.table(t, "every").NextRun, fc.Now().Add(time.Hour+everyOffset("every", time.Hour)).UTC().Format(time.RFC3339); got != want {
 		t.Fatalf("changed schedule: next_run %s, want %s", got, want)
 	}
 	if got := c.table(t, "cron"); got.NextRun != nil || got.Configured || *got.Generation != *cron.Generation {
@@ -145,4 +147,89 @@ func advanceUntil(t *testing.T, fc *clockwork.FakeClock, what string, cond func(
 		}
 	}
 	t.Fatalf("waiting for %s: the schedule never fired", what)
+}
+
+// TestEveryOffset: tables on one "@every" interval get fixed offsets from
+// their names, each below min(10% of the interval, 30s), not all the same;
+// on the fake clock a table's run fires at its own next_run and not
+// before, and an unchanged schedule keeps its offset across a reload.
+func TestEveryOffset(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	now := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	fc := clockwork.NewFakeClockAt(now)
+	names := []string{"alpha", "beta", "gamma", "delta"}
+	builds := make([]atomic.Int64, len(names))
+	var tables []Table
+	for i, n := range names {
+		tables = append(tables, storeTable(n, "@every 1m", &builds[i], nil))
+	}
+	cfg := baseConfig(t, tables...)
+	cfg.MaxConcurrentRuns = len(names)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.clock = fc
+	d := startServer(t, s)
+	c := d.c
+	waitFor(t, "the first builds", 30*time.Second, func() bool {
+		for _, n := range names {
+			if c.table(t, n).State != StateReady {
+				return false
+			}
+		}
+		return true
+	})
+	spread := 6 * time.Second // 10% of 1m, under 30s
+	next := map[string]time.Time{}
+	distinct := map[time.Time]bool{}
+	for _, n := range names {
+		tj := c.table(t, n)
+		at, err := time.Parse(time.RFC3339, *tj.NextRun)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first := now.Add(time.Minute); at.Before(first) || !at.Before(first.Add(spread)) {
+			t.Fatalf("table %s: next_run %s, want within [%s, %s)", n, at, first, first.Add(spread))
+		}
+		next[n] = at
+		distinct[at] = true
+	}
+	if len(distinct) < 2 {
+		t.Fatalf("every table got the same next_run %v: no offset", next)
+	}
+	// Move the clock to each next_run in turn (plus the second RFC3339
+	// drops): that table runs; a table whose next_run is still ahead of
+	// the clock has not.
+	order := append([]string(nil), names...)
+	sort.Slice(order, func(i, j int) bool { return next[order[i]].Before(next[order[j]]) })
+	idx := map[string]int{}
+	for i, n := range names {
+		idx[n] = i
+	}
+	for _, n := range order {
+		if to := next[n].Add(time.Second); to.After(fc.Now()) {
+			fc.Advance(to.Sub(fc.Now()))
+		}
+		waitFor(t, "table "+n+"'s scheduled run", 30*time.Second, func() bool { return builds[idx[n]].Load() == 2 })
+		for _, m := range names {
+			if next[m].After(fc.Now()) && builds[idx[m]].Load() != 1 {
+				t.Fatalf("table %s (next_run %s) ran with the clock at %s", m, next[m], fc.Now())
+			}
+		}
+	}
+	// A reload with the same schedules keeps each table's next_run.
+	before := map[string]string{}
+	for _, n := range names {
+		before[n] = *c.table(t, n).NextRun
+	}
+	if err := s.SetTables(tables); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if got := *c.table(t, n).NextRun; got != before[n] {
+			t.Fatalf("table %s: next_run %s after a reload, was %s", n, got, before[n])
+		}
+	}
+	d.stop(t)
 }

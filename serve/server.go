@@ -57,6 +57,16 @@ type Server struct {
 	jobs     map[string]gocron.Job
 	follows  map[string]*followState // followed tables' followers (follow.go)
 
+	// The run queue (queue.go), guarded by mu: runs waiting, oldest
+	// first, and how many go.
+	queue   []*run
+	running int
+	// runBase is the parent of every run's context: shutdown cancels it
+	// once ShutdownTimeout has passed. runCtx (followers, the retry loop)
+	// ends when shutdown begins.
+	runBase   context.Context
+	retryWake chan struct{} // wakes retryLoop when a retry is planned
+
 	runCtx  context.Context
 	runWG   sync.WaitGroup
 	tcpAddr net.Addr    // the TCP listener's address while Run serves
@@ -81,7 +91,8 @@ func New(cfg Config) (*Server, error) {
 	if abs, err := filepath.Abs(set.Socket); err == nil {
 		set.Socket = abs // the holder record must name it from anywhere
 	}
-	s := &Server{cfg: set, clock: clockwork.NewRealClock(), runs: map[string]*runState{}, tables: map[string]tableDef{}}
+	s := &Server{cfg: set, clock: clockwork.NewRealClock(), runs: map[string]*runState{}, tables: map[string]tableDef{},
+		retryWake: make(chan struct{}, 1)}
 	for _, t := range set.tables {
 		s.tables[t.Name] = t
 	}
@@ -101,9 +112,10 @@ func (s *Server) now() time.Time { return s.clock.Now() }
 // socket, calls ready (if not nil) once the socket serves, builds every
 // configured table that has no published generation, rebuilds those whose
 // stored definition differs from the configured one, runs the schedules and
-// serves until ctx ends. Then it stops accepting, lets requests in flight
-// finish (at most ShutdownGrace), cancels running rebuilds (they publish
-// nothing), closes the database, removes the socket and returns nil.
+// serves until ctx ends. Then it shuts down (shutdown.go: queued runs
+// dropped, runs still reading cancelled, runs past their replay published
+// within Config.ShutdownTimeout), closes the database, removes the socket
+// and returns nil.
 // Run may be called once.
 func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	s.mu.Lock()
@@ -149,8 +161,13 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 		servers = append(servers, s.httpServer(true))
 	}
 
-	runCtx, cancelRuns := context.WithCancel(ctx)
-	defer cancelRuns()
+	// Followers and the retry loop end when shutdown begins; runs get
+	// their own contexts (queue.go), cancelled as shutdown.go says.
+	runCtx, stopFollowers := context.WithCancel(ctx)
+	defer stopFollowers()
+	runBase, cancelRunBase := context.WithCancelCause(context.Background())
+	cancelAllRuns := func() { cancelRunBase(errShutdown) }
+	defer cancelAllRuns()
 	sched, err := gocron.NewScheduler(gocron.WithClock(s.clock), gocron.WithLogger(gocronLogger{s.cfg.Log}))
 	if err != nil {
 		for _, ln := range listeners {
@@ -160,7 +177,7 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	}
 
 	s.mu.Lock()
-	s.db, s.runCtx, s.sched, s.jobs = db, runCtx, sched, map[string]gocron.Job{}
+	s.db, s.runCtx, s.runBase, s.sched, s.jobs = db, runCtx, runBase, sched, map[string]gocron.Job{}
 	if len(listeners) > 1 {
 		s.tcpAddr = listeners[1].Addr()
 	}
@@ -182,6 +199,12 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 		ready()
 	}
 
+	s.runWG.Add(1)
+	go func() {
+		defer s.runWG.Done()
+		s.retryLoop(runCtx)
+	}()
+
 	s.reloadMu.Lock()
 	s.mu.Lock()
 	names := s.configuredLocked()
@@ -190,7 +213,7 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 		defs = append(defs, s.tables[n])
 	}
 	s.mu.Unlock()
-	s.buildUnpublished(names)
+	s.buildUnpublished(names, triggerStart)
 	for _, n := range names {
 		s.startFollow(n)
 	}
@@ -202,37 +225,20 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 	s.reloadMu.Unlock()
 
 	<-ctx.Done()
-	s.cfg.Log.Info().Msg("shutting down: no new requests; requests in flight may finish; running rebuilds are abandoned")
-	s.reloadMu.Lock()
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	if err := sched.Shutdown(); err != nil {
-		s.cfg.Log.Warn().Err(err).Msg("scheduler shutdown")
-	}
-	s.reloadMu.Unlock()
-	cancelRuns()
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
-	defer cancel()
-	var shutWG sync.WaitGroup
-	for _, srv := range servers {
-		shutWG.Add(1)
-		go func() {
-			defer shutWG.Done()
-			if err := srv.Shutdown(sctx); err != nil {
-				s.cfg.Log.Warn().Err(err).Msg("requests still in flight after the grace period; closing their connections")
-				srv.Close()
-			}
-		}()
-	}
-	shutWG.Wait()
+	s.shutdown(sched, servers, stopFollowers, cancelAllRuns)
 	serveWG.Wait()
-	s.runWG.Wait()
 	s.mu.Lock()
 	s.db, s.tcpAddr = nil, nil
 	s.mu.Unlock()
 	// The unix listener removed its socket file when it closed.
 	return nil
+}
+
+// configured returns the configured table names, sorted.
+func (s *Server) configured() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.configuredLocked()
 }
 
 // configuredLocked returns the configured table names, sorted. Call with
@@ -246,9 +252,9 @@ func (s *Server) configuredLocked() []string {
 	return names
 }
 
-// buildUnpublished starts a run for each of names that has no published
-// generation.
-func (s *Server) buildUnpublished(names []string) {
+// buildUnpublished queues a run for each of names that has no published
+// generation and no run queued or going.
+func (s *Server) buildUnpublished(names []string, trigger string) {
 	s.mu.Lock()
 	db := s.db
 	s.mu.Unlock()
@@ -268,7 +274,7 @@ func (s *Server) buildUnpublished(names []string) {
 		if published[n] {
 			continue
 		}
-		if _, err := s.startRun(n, triggerStart); err != nil && !errors.Is(err, errRunning) {
+		if _, err := s.startRun(n, trigger); err != nil && !errors.Is(err, errRunning) {
 			s.cfg.Log.Debug().Str(keyTable, n).Err(err).Msg("first build not started")
 		}
 	}
@@ -334,7 +340,10 @@ func (s *Server) SetTables(tables []Table) error {
 	s.schedule(sched, add)
 	s.cfg.Log.Info().Strs("added", added).Int("tables", len(defs)).Msg("tables reloaded")
 	if running {
-		s.buildUnpublished(added)
+		s.buildUnpublished(added, triggerStart)
+		// A reload tries every failed first build again, whatever its
+		// exit code (retry.go).
+		s.buildUnpublished(s.configured(), triggerReload)
 		// Followers restart with their table's definition as it is now;
 		// those of tables no longer followed stop (the table stays
 		// served). A follower a rebuild has paused for its catch-up

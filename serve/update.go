@@ -114,11 +114,11 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 // errFollowed is returned by startUpdate for a followed table.
 var errFollowed = errors.New("the table is followed")
 
-// startUpdate takes table's run lock and starts the update in a goroutine
-// owned by Run (runWG). The report is set before the run's done closes. A
-// followed table is errFollowed: its follower applies what the topic
-// gains, and an update would race it (both would read from one checkpoint
-// and only one commit; the follower is never paused for an update).
+// startUpdate queues an update of table (queue.go), taking its run lock.
+// The report is set before the run's done closes. A followed table is
+// errFollowed: its follower applies what the topic gains, and an update
+// would race it (both would read from one checkpoint and only one commit;
+// the follower is never paused for an update).
 func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *materialize.Report, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,25 +128,20 @@ func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *material
 	if def, ok := s.tables[name]; ok && def.Follow != nil {
 		return nil, nil, errFollowed
 	}
-	st := s.state(name)
-	if st.active != nil {
-		return st.active, nil, errRunning
-	}
-	s.runSeq++
-	r := &run{id: s.runSeq, table: name, trigger: triggerUpdate, started: s.now(), done: make(chan struct{})}
-	st.active = r
 	rep := &materialize.Report{}
-	s.runWG.Add(1)
-	go func() {
-		defer s.runWG.Done()
-		s.executeUpdate(r, rebuildIfNeeded, rep)
-	}()
+	r, err := s.newRunLocked(name, triggerUpdate, kindUpdate, false, func(r *run) {
+		r.rebuildIfNeeded, r.report = rebuildIfNeeded, rep
+	})
+	if err != nil {
+		return r, nil, err
+	}
 	return r, rep, nil
 }
 
 // executeUpdate runs the update for r, records its outcome and releases the
 // run lock.
-func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Report) {
+func (s *Server) executeUpdate(r *run) {
+	rebuildIfNeeded := r.rebuildIfNeeded
 	// The update's lines get the table from materialize (see Table.Build).
 	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
 	log := runLog.With().Str(keyTable, r.table).Logger()
@@ -157,9 +152,10 @@ func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Re
 				err = fmt.Errorf("update of table %q panicked: %v\n%s", r.table, p, debug.Stack())
 			}
 		}()
-		return s.cfg.Update(s.runCtx, s.db, r.table, rebuildIfNeeded, runLog)
+		return s.cfg.Update(materialize.WithReplayed(r.ctx, s.replayed(r)), s.db, r.table, rebuildIfNeeded, runLog)
 	}()
-	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Ended: s.now(), Took: s.now().Sub(r.started)}
+	err = cancelled(r, err)
+	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Started: r.started, Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
 		res.Generation, res.Records = rep.Meta.Generation, rep.Meta.Records
 		log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("update published")
@@ -167,11 +163,8 @@ func (s *Server) executeUpdate(r *run, rebuildIfNeeded bool, out *materialize.Re
 		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("update failed; the table is unchanged")
 	}
 	s.mu.Lock()
-	st := s.state(r.table)
-	st.active = nil
-	st.last = &res
-	*out = rep
-	r.result = res
+	*r.report = rep
+	s.endRunLocked(r, res)
 	s.mu.Unlock()
 	s.recheckDefinition(r.table)
 	close(r.done)

@@ -18,8 +18,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kmaterialize/kmaterialize/serve"
 )
 
 const (
@@ -260,4 +263,35 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestContribUnitStopTimeout: the unit's TimeoutStopSec exceeds the
+// sample config's shutdown_timeout (serve's default when unset) by at
+// least 15s, so that systemd never kills a daemon still publishing.
+func TestContribUnitStopTimeout(t *testing.T) {
+	t.Setenv("KAFKA_PASSWORD", "x")
+	t.Setenv("KMATERIALIZE_ADMIN_TOKEN", "y")
+	cfg, err := loadServeConfig(contribConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shutdown := cfg.ShutdownTimeout
+	if shutdown == 0 {
+		shutdown = serve.DefaultShutdownTimeout
+	}
+	unit, err := os.ReadFile(contribUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop time.Duration
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "TimeoutStopSec="); ok {
+			if stop, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("TimeoutStopSec=%s: %v", v, err)
+			}
+		}
+	}
+	if stop < shutdown+15*time.Second {
+		t.Fatalf("TimeoutStopSec %s, want at least shutdown_timeout %s + 15s", stop, shutdown)
+	}
 }

@@ -45,6 +45,9 @@ The config file (YAML; an unknown field is an error naming its line):
   tls_cert: /etc/kmaterialize/tls/server.pem   # TLS 1.2+ on listen (chain, leaf first); SIGHUP reloads
   tls_key: /etc/kmaterialize/tls/server.key
   allow_plaintext_tokens: false            # allow_remote without TLS: only on an encrypted network
+  max_concurrent_runs: 1                   # runs (rebuilds, updates) going at once; the rest queue
+  retry_backoff_max: 1m                    # the longest wait between retries of a failed first build
+  shutdown_timeout: 30s                    # SIGTERM: how long runs past their replay may take to publish
   kafka:
     brokers: kafka-1:9092,kafka-2:9092
     properties:                            # librdkafka properties; ${NAME} from the environment
@@ -114,11 +117,14 @@ refused. The other options take effect without a rebuild.
 Signals: SIGHUP reloads the file: added tables are built, removed ones are no
 longer rebuilt or scheduled but stay readable, and the TLS certificate and
 key are read again; a file (or a certificate) that does not load is logged
-and the running tables and certificate are kept (db, socket, listen, token
-and TLS path changes need a restart). SIGTERM or SIGINT stops accepting
-requests, lets those in flight finish, abandons unpublished rebuilds and
-exits 0; a second signal exits at once. With systemd Type=notify, READY=1 is sent once the socket serves (not
-once every table is built: GET /readyz says that).
+and the running tables and certificate are kept (db, socket, listen, token,
+TLS path and run-setting changes need a restart). SIGTERM or SIGINT stops
+accepting requests and runs, drops queued runs, cancels runs still reading
+their topic (nothing published), lets runs past their replay publish (at
+most shutdown_timeout), ends open streams and exits 0; a second signal
+exits at once. With systemd Type=notify, READY=1 is sent once the socket
+serves (not once every table is built: GET /readyz says that), and
+STOPPING=1 when shutdown begins.
 
 --check-config FILE checks the file as serve would at start (and on
 SIGHUP), prints what it found and exits, like nginx -t: 0 when it would
@@ -222,6 +228,13 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
 		Update: serveUpdate(cfg),
+
+		MaxConcurrentRuns: cfg.MaxConcurrentRuns, RetryBackoffMax: cfg.RetryBackoffMax, ShutdownTimeout: cfg.ShutdownTimeout,
+		Stopping: func() {
+			if err := sdNotify("STOPPING=1"); err != nil {
+				log.Warn().Err(err).Msg("could not tell systemd that the daemon is stopping (NOTIFY_SOCKET)")
+			}
+		},
 	}
 }
 
@@ -347,8 +360,9 @@ func reload(path, propsFile string, old *config.Config, srv *serve.Server, log z
 	if cfg.DB != old.DB || cfg.Socket != old.Socket || cfg.SocketMode != old.SocketMode || cfg.SocketGroup != old.SocketGroup ||
 		cfg.Listen != old.Listen || cfg.AllowRemote != old.AllowRemote || cfg.AdminToken != old.AdminToken ||
 		cfg.ReadToken != old.ReadToken || cfg.MetricsToken != old.MetricsToken || cfg.TLSCert != old.TLSCert ||
-		cfg.TLSKey != old.TLSKey || cfg.AllowPlaintextTokens != old.AllowPlaintextTokens {
-		log.Warn().Str("config", path).Msg("db, socket, listen, token and TLS path changes take effect at the next start only (SIGHUP reads the certificate files named at start again)")
+		cfg.TLSKey != old.TLSKey || cfg.AllowPlaintextTokens != old.AllowPlaintextTokens ||
+		cfg.MaxConcurrentRuns != old.MaxConcurrentRuns || cfg.RetryBackoffMax != old.RetryBackoffMax || cfg.ShutdownTimeout != old.ShutdownTimeout {
+		log.Warn().Str("config", path).Msg("db, socket, listen, token, TLS path, max_concurrent_runs, retry_backoff_max and shutdown_timeout changes take effect at the next start only (SIGHUP reads the certificate files named at start again)")
 	}
 	// SetTables also reads the TLS certificate and key again; when they do
 	// not load, nothing changes.
@@ -436,9 +450,12 @@ func followTable(spec materialize.Spec, t config.Table, brokers string, props ma
 	}
 }
 
-// notifyReady sends READY=1 to systemd's notify socket, when there is one
-// (Type=notify); sd_notify's protocol is one datagram.
-func notifyReady() error {
+// notifyReady sends READY=1 to systemd's notify socket (sdNotify).
+func notifyReady() error { return sdNotify("READY=1") }
+
+// sdNotify sends state (READY=1, STOPPING=1) to systemd's notify socket,
+// when there is one (Type=notify); sd_notify's protocol is one datagram.
+func sdNotify(state string) error {
 	addr := os.Getenv("NOTIFY_SOCKET")
 	if addr == "" {
 		return nil
@@ -451,6 +468,6 @@ func notifyReady() error {
 		return err
 	}
 	defer conn.Close()
-	_, err = conn.Write([]byte("READY=1"))
+	_, err = conn.Write([]byte(state))
 	return err
 }

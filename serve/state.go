@@ -1,0 +1,56 @@
+package serve
+
+// Table states: the "state" of GET /v1/tables/{table} and /readyz.
+// tableState decides them, in one place; docs/daemon.md lists them in the
+// same order.
+const (
+	StateEmpty      = "empty"      // never published, no run queued or going
+	StateQueued     = "queued"     // a run waits in the queue (published or not)
+	StateBuilding   = "building"   // never published, its first build running
+	StateRebuilding = "rebuilding" // published and served while a run goes
+	StateFailed     = "failed"     // the last run failed, or following stopped; the previous generation (if any) is served
+	StateFollowing  = "following"  // published, its follower applying what the topic gains
+	StateReady      = "ready"      // published, its last run succeeded
+)
+
+// stateInputs is what a table's state is computed from.
+type stateInputs struct {
+	published    bool
+	active       *run       // the run queued or going
+	phase        runPhase   // active's phase
+	last         *runResult // the last run that ended
+	followed     bool       // configured with follow
+	following    bool       // its follower runs
+	followFailed bool       // its follower stopped with an error
+}
+
+// tableState is the table's state; the first case that holds wins:
+//
+//  1. queued: a run of it waits in the queue;
+//  2. rebuilding: a run goes and a generation is published (and served);
+//  3. building: a run goes and nothing is published yet;
+//  4. failed: its last run failed (the previous generation, if any, is
+//     served; a first build's retry shows beside the state), or it is
+//     published and its follower stopped;
+//  5. following: published, its follower running;
+//  6. ready: published;
+//  7. empty: never published and nothing queued or going.
+func tableState(in stateInputs) string {
+	switch {
+	case in.active != nil && in.phase == phaseQueued:
+		return StateQueued
+	case in.active != nil && in.published:
+		return StateRebuilding
+	case in.active != nil:
+		return StateBuilding
+	case in.last != nil && in.last.Err != nil:
+		return StateFailed
+	case in.published && in.followFailed:
+		return StateFailed
+	case in.published && in.followed && in.following:
+		return StateFollowing
+	case in.published:
+		return StateReady
+	}
+	return StateEmpty
+}
