@@ -46,6 +46,12 @@ type Config struct {
 	// none.
 	SchemaRegistry SchemaRegistry
 	Tables         []Table // in file order
+
+	// Memory is the daemon's memory (memory): what its followers, its
+	// runs and its read path may take together, and what the Go memory
+	// limit is set from. It is at least MemoryParts().Total (a file whose
+	// memory is less is refused); a file without memory gets that total.
+	Memory int64
 }
 
 // Kafka is the connection every table's replay uses.
@@ -110,6 +116,9 @@ type file struct {
 	Tables      []fileTable `yaml:"tables"`
 
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
+
+	// Memory is the daemon's memory (memory.go).
+	Memory string `yaml:"memory"`
 }
 
 type fileSchemaRegistry struct {
@@ -146,6 +155,7 @@ type fileTable struct {
 	RebuildIfNeeded    bool     `yaml:"rebuild_if_needed"`
 	Keep               *int     `yaml:"keep"`
 	MaxChange          *string  `yaml:"max_change"`
+	Memory             string   `yaml:"memory"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} from the
@@ -424,6 +434,9 @@ func (p *parser) build(f *file) (*Config, error) {
 		seen[t.Spec.Name] = t.Line
 		c.Tables = append(c.Tables, t)
 	}
+	if err := p.checkMemory(c, f.Memory); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -457,6 +470,7 @@ var specFields = map[string]string{
 	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
 	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
 	materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max_change",
+	materialize.FieldMemory: "memory",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -530,6 +544,13 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 			return t, bad("max_change", "%q: want a percentage, e.g. 10 or 2.5%%", *ft.MaxChange)
 		}
 		s.MaxChange = &v
+	}
+	if ft.Memory != "" {
+		m, err := ParseSize(ft.Memory)
+		if err != nil {
+			return t, bad("memory", "%v", err)
+		}
+		s.Memory = m
 	}
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)

@@ -37,6 +37,33 @@ const DefaultFollowCheck = replay.DefaultConfigRefresh
 // together, up to this many.
 const followMaxRecords = 100_000
 
+// followMemorySplit is how a follower divides its table's memory M
+// (Spec.Memory, default DefaultMemory) between the parts that hold
+// records, so that it holds about M/2 however far behind the table is (the
+// rest is headroom for the garbage collector, as memorySplit explains):
+//
+//   - the client's prefetch queue, M/8: librdkafka's
+//     queued.max.messages.kbytes (C memory), unless the properties set it;
+//   - the records read and not yet handed over (past the last stable
+//     offset seen, replay.FollowConfig.MaxBytes), M/16;
+//   - the batches handed over and not yet committed, the apply being
+//     written included, M/16 (the in-flight semaphore); an apply takes at
+//     most M/16 of them (MaxApplyBytes), and its transaction's dirty pages
+//     are about as much again until it commits.
+//
+// Live: about 3M/16 of Go memory (3M/8 with garbage) plus M/8 of C.
+type followMemorySplit struct {
+	prefetchKiB int   // queued.max.messages.kbytes
+	apply       int64 // MaxApplyBytes: held, in flight, one apply
+}
+
+func splitFollowMemory(m int64) followMemorySplit {
+	if m <= 0 {
+		m = DefaultMemory
+	}
+	return followMemorySplit{prefetchKiB: int(max(m/8/1024, 1)), apply: max(m/16, 1)}
+}
+
 // ErrNoCheckpoint is returned by Follow when the table has no checkpoint to
 // follow from (it was never published by a rebuild).
 var ErrNoCheckpoint = errors.New("table has no checkpoint")
@@ -69,9 +96,10 @@ type FollowOptions struct {
 	// batch ends"), so that a transaction becomes visible whole; when the
 	// records read past the last such offset reach this budget first, the
 	// apply ends where the reading stood, possibly inside a transaction,
-	// and FollowSnapshot.UnstableCuts counts it. Default
-	// replay.DefaultFollowMaxBytes (64 MiB). Memory: about this much is
-	// held while reading, and about this much more is in flight.
+	// and FollowSnapshot.UnstableCuts counts it. Default: from the table's
+	// memory (Spec.Memory, see followMemorySplit), 16 MiB for the default
+	// 256 MiB. Memory: about this much is held while reading, and about
+	// this much more is in flight.
 	MaxApplyBytes int64
 	// CheckInterval is how often, while following, the topic's
 	// configuration is read again (cleanup.policy and delete.retention.ms
@@ -128,8 +156,9 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultFollowInterval
 	}
+	split := splitFollowMemory(opts.Spec.Memory)
 	if opts.MaxApplyBytes <= 0 {
-		opts.MaxApplyBytes = replay.DefaultFollowMaxBytes
+		opts.MaxApplyBytes = split.apply
 	}
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = DefaultFollowCheck
@@ -186,6 +215,12 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	rc.Log = log
 	if rc.StallTimeout <= 0 {
 		rc.StallTimeout = spec.StallTimeout
+	}
+	if _, set := rc.Props[prefetchProp]; !set {
+		props := make(map[string]string, len(rc.Props)+1)
+		maps.Copy(props, rc.Props)
+		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
+		rc.Props = props
 	}
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
 	rc.Check = a.checkStart
@@ -296,7 +331,7 @@ func followSpec(opts FollowOptions, meta store.TableMeta) (Spec, error) {
 		opts.Log.Info().Str("table", meta.Name).Strs("changed", ch).
 			Msg("the configured definition differs from the published table's: following by the published one until a rebuild publishes the new one")
 	}
-	stored.OnBadRecord, stored.StallTimeout = opts.Spec.OnBadRecord, opts.Spec.StallTimeout
+	stored.OnBadRecord, stored.StallTimeout, stored.Memory = opts.Spec.OnBadRecord, opts.Spec.StallTimeout, opts.Spec.Memory
 	return stored, nil
 }
 
