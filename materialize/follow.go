@@ -72,7 +72,7 @@ var ErrNoCheckpoint = errors.New("table has no checkpoint")
 type FollowOptions struct {
 	DB *store.DB
 	// Spec names the table (Spec.Name, or its topic) and gives the
-	// follower's OnBadRecord and StallTimeout. The records are read and
+	// follower's OnBadRecord, StallTimeout and Memory. The records are read and
 	// folded by the definition stored with the published table (LoadSpec),
 	// never by Spec's: a Spec whose definition differs (DefinitionChanges)
 	// needs a rebuild, which the caller starts, and until it publishes the
@@ -313,6 +313,40 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 			return nil
 		}
 	}
+}
+
+// WatchLive keeps opts.Status's live marks current without following:
+// every opts.Refresh (default 1s) it asks for the marks of the topic the
+// published table follows (its checkpoint's; opts.Spec's topic when it has
+// none) and records them, until ctx ends (then it returns nil) or its
+// client cannot be created. The positions are left as they are, so the
+// status's lag grows with what the topic gains. A followed table's
+// rebuild runs it while it has stopped the follower for its catch-up and
+// publish, so that the table's readiness stays true to its lag.
+// opts.Replay gives the connection; opts.Status is required.
+func WatchLive(ctx context.Context, opts FollowOptions) error {
+	if opts.Status == nil {
+		return errors.New("materialize.WatchLive: no Status")
+	}
+	table := opts.Spec.TableName()
+	topic := opts.Spec.Topic
+	err := opts.DB.ReadTable(table, func(snap *store.Snapshot) error {
+		cp, ok, err := checkpoint.Load(snap.Tx, table)
+		if err == nil && ok {
+			topic = cp.Topic
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
+		return fmt.Errorf("watch the live marks of table %q: %w", table, err)
+	}
+	rc := opts.Replay
+	rc.Topic = topic
+	rc.Log = opts.Log.With().Str("table", table).Logger()
+	if rc.StallTimeout <= 0 {
+		rc.StallTimeout = opts.Spec.StallTimeout
+	}
+	return replay.WatchLive(ctx, rc, opts.Refresh, opts.Status.live)
 }
 
 // followSpec is the Spec a follower of the table published with meta
@@ -683,6 +717,9 @@ type FollowStatus struct {
 	samples []rateSample
 	liveAt  time.Time
 	liveErr error
+	// refreshed: this status's follower (or watcher) has refreshed the
+	// live marks; liveAt may be older, inherited (NewFollowStatus).
+	refreshed bool
 
 	// unstable counts applies that ended where no stable offset was
 	// seen (the byte budget reached), held the read rounds that kept
@@ -712,6 +749,10 @@ type FollowSnapshot struct {
 	Rate       float64           // records applied per second, over the last 10s or so
 	LiveAt     time.Time         // when the live marks were last refreshed
 	LiveError  error             // the last refresh's error, nil when it worked
+	// Refreshed reports that this status's own follower has refreshed
+	// the live marks at least once (it got past its start); the marks
+	// may be inherited before (NewFollowStatus).
+	Refreshed bool
 
 	// UnstableCuts counts applies that ended where the follower had seen
 	// no stable offset, because FollowOptions.MaxApplyBytes was reached
@@ -746,7 +787,7 @@ func (s *FollowStatus) Snapshot() FollowSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := FollowSnapshot{Records: s.records, Applies: s.applies, UnstableCuts: s.unstable, Held: s.held,
-		LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr}
+		LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr, Refreshed: s.refreshed}
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, *p)
 	}
@@ -761,12 +802,43 @@ func (s *FollowStatus) Snapshot() FollowSnapshot {
 	return out
 }
 
+// NewFollowStatus returns a status for a follower that replaces prev's
+// (nil: none): it starts with prev's live marks, so that the lag stays
+// known, not "high watermarks not read yet", from the moment a follower
+// restarts (after a rebuild's publish, a reload) until its own first
+// refresh. The marks are of the topic, not of a generation: the lag is
+// then the new checkpoint's ends against them. FollowSnapshot.Refreshed
+// stays false until this status's own refresh.
+func NewFollowStatus(prev *FollowStatus) *FollowStatus {
+	s := &FollowStatus{}
+	if prev == nil {
+		return s
+	}
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	s.parts = make(map[int32]*PartitionStatus, len(prev.parts))
+	for p, ps := range prev.parts {
+		c := *ps
+		s.parts[p] = &c
+	}
+	s.liveAt, s.liveErr = prev.liveAt, prev.liveErr
+	return s
+}
+
+// start sets the positions to the checkpoint's, keeping the live marks
+// known (a retried follower's, or NewFollowStatus's).
 func (s *FollowStatus) start(cp checkpoint.Checkpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old := s.parts
 	s.parts = map[int32]*PartitionStatus{}
 	for _, p := range cp.Partitions {
-		s.parts[p.Partition] = &PartitionStatus{Partition: p.Partition, End: p.End, LiveHigh: -1}
+		ps := &PartitionStatus{Partition: p.Partition, End: p.End, LiveHigh: -1}
+		if o := old[p.Partition]; o != nil {
+			ps.LiveHigh = o.LiveHigh
+		}
+		ps.update()
+		s.parts[p.Partition] = ps
 	}
 	s.samples = []rateSample{{at: time.Now(), records: s.records}}
 }
@@ -808,7 +880,7 @@ func (s *FollowStatus) sample(now time.Time) {
 func (s *FollowStatus) live(m replay.LiveMarks) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.liveAt, s.liveErr = m.At, m.Error
+	s.liveAt, s.liveErr, s.refreshed = m.At, m.Error, true
 	if m.Error != nil {
 		return
 	}

@@ -421,6 +421,13 @@ func followTable(spec materialize.Spec, t config.Table, brokers string, props ma
 			})
 			return red.Error(config.Scrub(err, props))
 		},
+		Live: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
+			err := materialize.WatchLive(ctx, materialize.FollowOptions{
+				DB: db, Spec: spec, Status: status, Log: log,
+				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
+			})
+			return red.Error(config.Scrub(err, props))
+		},
 		Rebuild:         rebuild,
 		MaxLag:          t.MaxLag,
 		RebuildIfNeeded: t.RebuildIfNeeded,
