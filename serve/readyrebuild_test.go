@@ -18,7 +18,7 @@ import (
 // readyRebuildRecords is the size of the table rebuilt under load: the
 // largest whose rebuild the test can afford on the test broker (2 cores,
 // race detector), which still lasts seconds.
-const readyRebuildRecords = 300_000
+const readyRebuildRecords = 1_000_000
 
 // TestReadyThroughFollowedRebuild: a followed table of many records is
 // rebuilt while a producer adds about 1,000 records a second (max_lag
