@@ -28,7 +28,7 @@ const (
 	followMemory      = 64 << 20
 	followValueBytes  = 990_000
 	followBehind      = 2176 // 2.0 GiB
-	followKeys        = 16 // the table stays small; the follower reads every byte
+	followKeys        = 16   // the table stays small; the follower reads every byte
 	followRSSHeadroom = 64 << 20
 )
 
