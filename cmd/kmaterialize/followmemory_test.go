@@ -203,3 +203,36 @@ func rssAnon(path string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// TestServeMemoryCovers: serve --check-config prints the daemon's memory
+// and its parts; a config whose memory is less than its parts (one
+// follower of 256MiB, one run of the largest table's 256MiB, 64MiB of
+// reads) exits 2 naming the file, memory's line and the sum, and so does
+// serve itself, before it opens the database.
+func TestServeMemoryCovers(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tables := fmt.Sprintf("kafka:\n  brokers: %s\ntables:\n  - name: a\n    topic: t\n    follow: true\n  - name: b\n    topic: t\n    memory: 128MiB\n", broker.Addr)
+	ok := write("ok.yaml", "db: data.db\n"+tables)
+	r := mustCLI(t, 0, "serve", "--check-config", ok)
+	if want := "memory 576MiB: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB = 576MiB"; !strings.Contains(r.stdout, want) {
+		t.Fatalf("check-config printed:\n%s\nwant %q", r.stdout, want)
+	}
+	low := write("low.yaml", "db: data.db\nmemory: 512MiB\n"+tables)
+	want := fmt.Sprintf("config %s:2: memory: 512MiB is less than what it must cover: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB = 576MiB", low)
+	for _, args := range [][]string{{"serve", "--check-config", low}, {"serve", "--config", low}} {
+		r := kmz(t, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("%v: exit %d, want %d and %q in:\n%s", args, r.code, exitUsage, want, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data.db")); !os.IsNotExist(err) {
+		t.Fatalf("a refused config opened the database: %v", err)
+	}
+}
