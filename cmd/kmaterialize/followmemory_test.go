@@ -236,3 +236,30 @@ func TestServeMemoryCovers(t *testing.T) {
 		t.Fatalf("a refused config opened the database: %v", err)
 	}
 }
+
+// TestRebuildConfigMemory: rebuild --config FILE --table NAME bounds the
+// rebuild by the table's memory in the file, as the daemon does: memory:
+// 1MiB spills sorted runs (the published line counts them) and publishes
+// exactly the oracle's table; --memory on the command line wins (256MiB
+// spills none).
+func TestRebuildConfigMemory(t *testing.T) {
+	rng := newRand(t)
+	topic := newTopic(t, 2)
+	recs := produce(t, topic, spillRecords(rng, 3000))
+	dir := t.TempDir()
+	cfgPath, db := filepath.Join(dir, "kmaterialize.yaml"), filepath.Join(dir, "tables.db")
+	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\ntables:\n  - name: t\n    topic: %s\n    memory: 1MiB\n", broker.Addr, topic)
+	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustCLI(t, 0, "--log-format", "json", "rebuild", "--config", cfgPath, "--table", "t")
+	if n := publishedRuns(t, r.stderr); n < 2 {
+		t.Fatalf("the rebuild with the file's memory: 1MiB spilled %d runs, want several", n)
+	}
+	checkExport(t, db, "t", "oracle", oracleState(recs, 2))
+	r = mustCLI(t, 0, "--log-format", "json", "rebuild", "--config", cfgPath, "--table", "t", "--memory", "256MiB")
+	if n := publishedRuns(t, r.stderr); n != 0 {
+		t.Fatalf("the rebuild with --memory 256MiB spilled %d runs, want none", n)
+	}
+	checkExport(t, db, "t", "oracle", oracleState(recs, 2))
+}
