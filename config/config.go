@@ -59,6 +59,11 @@ type Config struct {
 	MaxConcurrentRuns int           // max_concurrent_runs: runs going at once (default 1)
 	RetryBackoffMax   time.Duration // retry_backoff_max: the longest wait between retries of a failed first build (default 1m)
 	ShutdownTimeout   time.Duration // shutdown_timeout: how long SIGTERM waits for runs past their replay (default 30s)
+	// Memory is the daemon's memory (memory): what its followers, its
+	// runs and its read path may take together, and what the Go memory
+	// limit is set from. It is at least MemoryParts().Total (a file whose
+	// memory is less is refused); a file without memory gets that total.
+	Memory int64
 }
 
 // Kafka is the connection every table's replay uses.
@@ -134,6 +139,9 @@ type file struct {
 	ShutdownTimeout   string `yaml:"shutdown_timeout"`
 
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
+
+	// Memory is the daemon's memory (memory.go).
+	Memory string `yaml:"memory"`
 }
 
 type fileSchemaRegistry struct {
@@ -170,6 +178,7 @@ type fileTable struct {
 	RebuildIfNeeded    bool     `yaml:"rebuild_if_needed"`
 	Keep               *int     `yaml:"keep"`
 	MaxChange          *string  `yaml:"max_change"`
+	Memory             string   `yaml:"memory"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} from the
@@ -447,6 +456,9 @@ func (p *parser) build(f *file) (*Config, error) {
 		seen[t.Spec.Name] = t.Line
 		c.Tables = append(c.Tables, t)
 	}
+	if err := p.checkMemory(c, f.Memory); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -480,6 +492,7 @@ var specFields = map[string]string{
 	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
 	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
 	materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max_change",
+	materialize.FieldMemory: "memory",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -553,6 +566,13 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 			return t, bad("max_change", "%q: want a percentage, e.g. 10 or 2.5%%", *ft.MaxChange)
 		}
 		s.MaxChange = &v
+	}
+	if ft.Memory != "" {
+		m, err := ParseSize(ft.Memory)
+		if err != nil {
+			return t, bad("memory", "%v", err)
+		}
+		s.Memory = m
 	}
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)

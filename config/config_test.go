@@ -113,6 +113,9 @@ func TestLoadEveryField(t *testing.T) {
 				IgnoreFields: []string{"sent_at", "client"}, Catalog: []string{"b1", "b2", "b3"}, AllowUnknownGroups: true,
 				End: replay.EndHigh}},
 		},
+		// No memory in the file: one run of the default memory (no
+		// table follows) and the read path's share.
+		Memory: materialize.DefaultMemory + config.ReadMemory,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)

@@ -37,6 +37,33 @@ const DefaultFollowCheck = replay.DefaultConfigRefresh
 // together, up to this many.
 const followMaxRecords = 100_000
 
+// followMemorySplit is how a follower divides its table's memory M
+// (Spec.Memory, default DefaultMemory) between the parts that hold
+// records, so that it holds about M/2 however far behind the table is (the
+// rest is headroom for the garbage collector, as memorySplit explains):
+//
+//   - the client's prefetch queue, M/8: librdkafka's
+//     queued.max.messages.kbytes (C memory), unless the properties set it;
+//   - the records read and not yet handed over (past the last stable
+//     offset seen, replay.FollowConfig.MaxBytes), M/16;
+//   - the batches handed over and not yet committed, the apply being
+//     written included, M/16 (the in-flight semaphore); an apply takes at
+//     most M/16 of them (MaxApplyBytes), and its transaction's dirty pages
+//     are about as much again until it commits.
+//
+// Live: about 3M/16 of Go memory (3M/8 with garbage) plus M/8 of C.
+type followMemorySplit struct {
+	prefetchKiB int   // queued.max.messages.kbytes
+	apply       int64 // MaxApplyBytes: held, in flight, one apply
+}
+
+func splitFollowMemory(m int64) followMemorySplit {
+	if m <= 0 {
+		m = DefaultMemory
+	}
+	return followMemorySplit{prefetchKiB: int(max(m/8/1024, 1)), apply: max(m/16, 1)}
+}
+
 // ErrNoCheckpoint is returned by Follow when the table has no checkpoint to
 // follow from (it was never published by a rebuild).
 var ErrNoCheckpoint = errors.New("table has no checkpoint")
@@ -45,7 +72,7 @@ var ErrNoCheckpoint = errors.New("table has no checkpoint")
 type FollowOptions struct {
 	DB *store.DB
 	// Spec names the table (Spec.Name, or its topic) and gives the
-	// follower's OnBadRecord and StallTimeout. The records are read and
+	// follower's OnBadRecord, StallTimeout and Memory. The records are read and
 	// folded by the definition stored with the published table (LoadSpec),
 	// never by Spec's: a Spec whose definition differs (DefinitionChanges)
 	// needs a rebuild, which the caller starts, and until it publishes the
@@ -69,9 +96,10 @@ type FollowOptions struct {
 	// batch ends"), so that a transaction becomes visible whole; when the
 	// records read past the last such offset reach this budget first, the
 	// apply ends where the reading stood, possibly inside a transaction,
-	// and FollowSnapshot.UnstableCuts counts it. Default
-	// replay.DefaultFollowMaxBytes (64 MiB). Memory: about this much is
-	// held while reading, and about this much more is in flight.
+	// and FollowSnapshot.UnstableCuts counts it. Default: from the table's
+	// memory (Spec.Memory, see followMemorySplit), 16 MiB for the default
+	// 256 MiB. Memory: about this much is held while reading, and about
+	// this much more is in flight.
 	MaxApplyBytes int64
 	// CheckInterval is how often, while following, the topic's
 	// configuration is read again (cleanup.policy and delete.retention.ms
@@ -128,8 +156,9 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultFollowInterval
 	}
+	split := splitFollowMemory(opts.Spec.Memory)
 	if opts.MaxApplyBytes <= 0 {
-		opts.MaxApplyBytes = replay.DefaultFollowMaxBytes
+		opts.MaxApplyBytes = split.apply
 	}
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = DefaultFollowCheck
@@ -186,6 +215,12 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	rc.Log = log
 	if rc.StallTimeout <= 0 {
 		rc.StallTimeout = spec.StallTimeout
+	}
+	if _, set := rc.Props[prefetchProp]; !set {
+		props := make(map[string]string, len(rc.Props)+1)
+		maps.Copy(props, rc.Props)
+		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
+		rc.Props = props
 	}
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
 	rc.Check = a.checkStart
@@ -280,6 +315,40 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	}
 }
 
+// WatchLive keeps opts.Status's live marks current without following:
+// every opts.Refresh (default 1s) it asks for the marks of the topic the
+// published table follows (its checkpoint's; opts.Spec's topic when it has
+// none) and records them, until ctx ends (then it returns nil) or its
+// client cannot be created. The positions are left as they are, so the
+// status's lag grows with what the topic gains. A followed table's
+// rebuild runs it while it has stopped the follower for its catch-up and
+// publish, so that the table's readiness stays true to its lag.
+// opts.Replay gives the connection; opts.Status is required.
+func WatchLive(ctx context.Context, opts FollowOptions) error {
+	if opts.Status == nil {
+		return errors.New("materialize.WatchLive: no Status")
+	}
+	table := opts.Spec.TableName()
+	topic := opts.Spec.Topic
+	err := opts.DB.ReadTable(table, func(snap *store.Snapshot) error {
+		cp, ok, err := checkpoint.Load(snap.Tx, table)
+		if err == nil && ok {
+			topic = cp.Topic
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
+		return fmt.Errorf("watch the live marks of table %q: %w", table, err)
+	}
+	rc := opts.Replay
+	rc.Topic = topic
+	rc.Log = opts.Log.With().Str("table", table).Logger()
+	if rc.StallTimeout <= 0 {
+		rc.StallTimeout = opts.Spec.StallTimeout
+	}
+	return replay.WatchLive(ctx, rc, opts.Refresh, opts.Status.live)
+}
+
 // followSpec is the Spec a follower of the table published with meta
 // reads and folds by: the stored definition, with the run's settings of
 // opts.Spec (on_bad_record, stall_timeout); opts.Spec itself for a table
@@ -296,7 +365,7 @@ func followSpec(opts FollowOptions, meta store.TableMeta) (Spec, error) {
 		opts.Log.Info().Str("table", meta.Name).Strs("changed", ch).
 			Msg("the configured definition differs from the published table's: following by the published one until a rebuild publishes the new one")
 	}
-	stored.OnBadRecord, stored.StallTimeout = opts.Spec.OnBadRecord, opts.Spec.StallTimeout
+	stored.OnBadRecord, stored.StallTimeout, stored.Memory = opts.Spec.OnBadRecord, opts.Spec.StallTimeout, opts.Spec.Memory
 	return stored, nil
 }
 
@@ -648,6 +717,9 @@ type FollowStatus struct {
 	samples []rateSample
 	liveAt  time.Time
 	liveErr error
+	// refreshed: this status's follower (or watcher) has refreshed the
+	// live marks; liveAt may be older, inherited (NewFollowStatus).
+	refreshed bool
 
 	// unstable counts applies that ended where no stable offset was
 	// seen (the byte budget reached), held the read rounds that kept
@@ -677,6 +749,10 @@ type FollowSnapshot struct {
 	Rate       float64           // records applied per second, over the last 10s or so
 	LiveAt     time.Time         // when the live marks were last refreshed
 	LiveError  error             // the last refresh's error, nil when it worked
+	// Refreshed reports that this status's own follower has refreshed
+	// the live marks at least once (it got past its start); the marks
+	// may be inherited before (NewFollowStatus).
+	Refreshed bool
 
 	// UnstableCuts counts applies that ended where the follower had seen
 	// no stable offset, because FollowOptions.MaxApplyBytes was reached
@@ -711,7 +787,7 @@ func (s *FollowStatus) Snapshot() FollowSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := FollowSnapshot{Records: s.records, Applies: s.applies, UnstableCuts: s.unstable, Held: s.held,
-		LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr}
+		LastApply: s.last, LiveAt: s.liveAt, LiveError: s.liveErr, Refreshed: s.refreshed}
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, *p)
 	}
@@ -726,12 +802,43 @@ func (s *FollowStatus) Snapshot() FollowSnapshot {
 	return out
 }
 
+// NewFollowStatus returns a status for a follower that replaces prev's
+// (nil: none): it starts with prev's live marks, so that the lag stays
+// known, not "high watermarks not read yet", from the moment a follower
+// restarts (after a rebuild's publish, a reload) until its own first
+// refresh. The marks are of the topic, not of a generation: the lag is
+// then the new checkpoint's ends against them. FollowSnapshot.Refreshed
+// stays false until this status's own refresh.
+func NewFollowStatus(prev *FollowStatus) *FollowStatus {
+	s := &FollowStatus{}
+	if prev == nil {
+		return s
+	}
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	s.parts = make(map[int32]*PartitionStatus, len(prev.parts))
+	for p, ps := range prev.parts {
+		c := *ps
+		s.parts[p] = &c
+	}
+	s.liveAt, s.liveErr = prev.liveAt, prev.liveErr
+	return s
+}
+
+// start sets the positions to the checkpoint's, keeping the live marks
+// known (a retried follower's, or NewFollowStatus's).
 func (s *FollowStatus) start(cp checkpoint.Checkpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old := s.parts
 	s.parts = map[int32]*PartitionStatus{}
 	for _, p := range cp.Partitions {
-		s.parts[p.Partition] = &PartitionStatus{Partition: p.Partition, End: p.End, LiveHigh: -1}
+		ps := &PartitionStatus{Partition: p.Partition, End: p.End, LiveHigh: -1}
+		if o := old[p.Partition]; o != nil {
+			ps.LiveHigh = o.LiveHigh
+		}
+		ps.update()
+		s.parts[p.Partition] = ps
 	}
 	s.samples = []rateSample{{at: time.Now(), records: s.records}}
 }
@@ -773,7 +880,7 @@ func (s *FollowStatus) sample(now time.Time) {
 func (s *FollowStatus) live(m replay.LiveMarks) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.liveAt, s.liveErr = m.At, m.Error
+	s.liveAt, s.liveErr, s.refreshed = m.At, m.Error, true
 	if m.Error != nil {
 		return
 	}

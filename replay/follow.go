@@ -363,43 +363,30 @@ func (f *follower) refresh(ctx context.Context) {
 	// The configuration was read by capture at the start.
 	configRead := time.Now()
 	for {
-		parts, id, err := describeTopic(ctx, f.cl.admin, f.c.Topic, timeout)
-		marks := LiveMarks{At: time.Now(), TopicID: id}
+		marks, parts := readLive(ctx, f.cl.admin, f.c.Topic, timeout)
 		if len(f.c.TopicConfigs) > 0 && time.Since(configRead) >= f.c.ConfigRefresh {
 			marks.TopicConfig = describeTopicConfig(ctx, f.cl.admin, f.c.Topic, f.c.TopicConfigs, timeout)
 			configRead = time.Now()
 		}
+		err := marks.Error
 		if err == nil {
-			plan := Plan{Topic: f.c.Topic, Partitions: parts}
-			var lows, highs map[int32]int64
-			lows, err = listOffsets(ctx, f.cl.admin, f.c.Topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
-			if err == nil {
-				highs, err = listOffsets(ctx, f.cl.admin, f.c.Topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
-			}
-			var lsos map[int32]int64
-			if err == nil {
-				lsos, err = LSOs(ctx, f.cl.admin, plan, timeout)
-			}
-			if err == nil {
-				marks.Low, marks.High, marks.LSO = lows, highs, lsos
-				f.lsoMu.Lock()
-				f.lsos = lsos
-				f.lsoMu.Unlock()
-				var added []PartitionBounds
-				for _, p := range parts {
-					if _, ok := f.known.Load(p.Partition); !ok {
-						p.Low, p.High = lows[p.Partition], highs[p.Partition]
-						added = append(added, p)
-					}
+			f.lsoMu.Lock()
+			f.lsos = marks.LSO
+			f.lsoMu.Unlock()
+			var added []PartitionBounds
+			for _, p := range parts {
+				if _, ok := f.known.Load(p.Partition); !ok {
+					p.Low, p.High = marks.Low[p.Partition], marks.High[p.Partition]
+					added = append(added, p)
 				}
-				if len(added) > 0 {
-					select {
-					case f.added <- added:
-						for _, p := range added {
-							f.known.Store(p.Partition, true)
-						}
-					default: // the loop has not taken the last ones yet; next time
+			}
+			if len(added) > 0 {
+				select {
+				case f.added <- added:
+					for _, p := range added {
+						f.known.Store(p.Partition, true)
 					}
+				default: // the loop has not taken the last ones yet; next time
 				}
 			}
 		}
@@ -407,7 +394,6 @@ func (f *follower) refresh(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			marks.Error = err
 			f.c.Log.Debug().Err(err).Str("topic", f.c.Topic).Msg("follow: live marks not refreshed")
 		}
 		if f.c.Live != nil {
@@ -416,6 +402,66 @@ func (f *follower) refresh(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+		}
+	}
+}
+
+// readLive asks for topic's partitions, topic ID and live marks (retained
+// low, high watermark, last stable offset). On failure marks.Error says
+// why and its maps are nil.
+func readLive(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) (LiveMarks, []PartitionBounds) {
+	parts, id, err := describeTopic(ctx, admin, topic, timeout)
+	marks := LiveMarks{At: time.Now(), TopicID: id}
+	var lows, highs, lsos map[int32]int64
+	if err == nil {
+		plan := Plan{Topic: topic, Partitions: parts}
+		lows, err = listOffsets(ctx, admin, topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+		if err == nil {
+			highs, err = listOffsets(ctx, admin, topic, timeout, plan, kafka.LatestOffsetSpec, kafka.IsolationLevelReadUncommitted)
+		}
+		if err == nil {
+			lsos, err = LSOs(ctx, admin, plan, timeout)
+		}
+	}
+	if err != nil {
+		marks.Error = err
+		return marks, parts
+	}
+	marks.Low, marks.High, marks.LSO = lows, highs, lsos
+	return marks, parts
+}
+
+// WatchLive asks for c.Topic's live marks every refresh (default 1s), as a
+// follower's refresh does, and hands each answer (a failed one with its
+// Error) to live, until ctx ends; it returns nil then, or the error of
+// creating its client. It reads no record and assigns no partition: it
+// is what keeps a paused follower's lag current (a followed table's
+// rebuild stops its follower for the catch-up and the publish). c's
+// Brokers, Props and Log are used; StallTimeout bounds each request (at
+// most 5s, as the follower's refresh).
+func WatchLive(ctx context.Context, c Config, refresh time.Duration, live func(LiveMarks)) error {
+	c = c.withDefaults()
+	if refresh <= 0 {
+		refresh = time.Second
+	}
+	cl, err := newClients(c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	timeout := min(c.StallTimeout, 5*time.Second)
+	t := time.NewTicker(refresh)
+	defer t.Stop()
+	for {
+		marks, _ := readLive(ctx, cl.admin, c.Topic, timeout)
+		if ctx.Err() != nil {
+			return nil
+		}
+		live(marks)
+		select {
+		case <-ctx.Done():
+			return nil
 		case <-t.C:
 		}
 	}

@@ -59,6 +59,12 @@ type Follow struct {
 	// unavailable): following is then retried with a backoff. Default:
 	// nothing is retriable.
 	Retriable func(error) bool
+	// Live, if set, keeps status's live marks current without following
+	// (materialize.WatchLive) until ctx ends. The daemon runs it while a
+	// rebuild has paused the follower for its catch-up and publish, so
+	// that the table stays ready while its lag is within MaxLag. Nil: a
+	// paused follower's table is not ready ("not following yet").
+	Live func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error
 }
 
 // followState is one followed table's follower, guarded by Server.mu.
@@ -75,6 +81,13 @@ type followState struct {
 	paused bool
 	err    error // why following stopped or is being retried; nil while it works
 	errAt  time.Time
+	// watchCancel and watchDone are the live marks' watcher (Follow.Live)
+	// that runs while the follower is paused; nil otherwise. It is
+	// started by the catch-up (startWatch) and ended by the next
+	// startFollow that finds the follower no longer paused (the run's
+	// end), or at shutdown (its context is the runs').
+	watchCancel context.CancelFunc
+	watchDone   chan struct{}
 	// autoRun is the run rebuild_if_needed last started (0: none). If it
 	// is still the table's last run and following then fails again at its
 	// start (before its first refresh of the live marks: the new
@@ -100,9 +113,24 @@ func (s *Server) followOf(table string) *followState {
 // startFollow starts following table if it is configured to be followed,
 // is published, is not followed already and no run has paused its
 // follower. The goroutine is owned by Run (runWG).
+//
+// Unless the follower is paused, it ends the live marks' watcher of the
+// pause before (startWatch), once the new follower counts as running, so
+// that /readyz never sees the table neither followed nor watched. The new
+// follower's status starts with the last one's live marks
+// (materialize.NewFollowStatus).
 func (s *Server) startFollow(table string) {
+	var endWatch func()
+	defer func() {
+		if endWatch != nil {
+			endWatch() // after the unlock below: it waits for the watcher
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if fs := s.follows[table]; fs != nil && !fs.paused {
+		endWatch = fs.takeWatch()
+	}
 	def, ok := s.tables[table]
 	if !ok || def.Follow == nil || s.db == nil || s.stopping {
 		return
@@ -117,13 +145,84 @@ func (s *Server) startFollow(table string) {
 	ctx, cancel := context.WithCancel(s.runCtx)
 	done := make(chan struct{})
 	fs.running, fs.cancel, fs.done, fs.err = true, cancel, done, nil
-	fs.status = &materialize.FollowStatus{}
+	fs.status = materialize.NewFollowStatus(fs.status)
 	s.runWG.Add(1)
 	go func() {
 		defer s.runWG.Done()
 		defer close(done)
 		s.followLoop(ctx, table, def, fs)
 	}()
+}
+
+// takeWatch detaches the live marks' watcher and returns the function
+// that ends it and waits for it (nil when none runs). Call with s.mu held,
+// and the function without.
+func (fs *followState) takeWatch() func() {
+	if fs.watchDone == nil {
+		return nil
+	}
+	cancel, done := fs.watchCancel, fs.watchDone
+	fs.watchCancel, fs.watchDone = nil, nil
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// startWatch starts the live marks' watcher of table's paused follower
+// (Follow.Live), unless it has none or one runs. It refreshes the paused
+// follower's status, retrying with a backoff when its client cannot be
+// created. The goroutine is owned by Run (runWG); see takeWatch for its
+// end.
+func (s *Server) startWatch(table string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, ok := s.tables[table]
+	fs := s.follows[table]
+	if !ok || def.Follow == nil || def.Follow.Live == nil || fs == nil || !fs.paused || fs.watchDone != nil || s.db == nil || s.stopping {
+		return
+	}
+	if fs.status == nil {
+		fs.status = &materialize.FollowStatus{}
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	fs.watchCancel, fs.watchDone = cancel, done
+	db, st, live := s.db, fs.status, def.Follow.Live
+	log := s.cfg.Log.With().Str(keyTable, table).Logger()
+	s.runWG.Add(1)
+	go func() {
+		defer s.runWG.Done()
+		defer close(done)
+		backoff := time.Second
+		for {
+			err := s.runLive(ctx, table, live, db, st)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Dur("retry_in", backoff).Msg("the paused follower's live marks are not refreshed")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}()
+}
+
+// runLive calls live, turning a panic into an error.
+func (s *Server) runLive(ctx context.Context, table string, live func(context.Context, *store.DB, zerolog.Logger, *materialize.FollowStatus) error,
+	db *store.DB, st *materialize.FollowStatus) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("watching the live marks of table %q panicked: %v\n%s", table, p, debug.Stack())
+		}
+	}()
+	if err := live(ctx, db, s.cfg.Log, st); err != nil {
+		return err
+	}
+	return errors.New("the live marks' watcher ended without an error")
 }
 
 // stopFollow stops table's follower, if it runs, and waits for it: its
@@ -183,8 +282,10 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		}
 		log.Error().Err(err).Int("exit_code", s.cfg.ExitCode(err)).
 			Msg("following stopped; the table stays served as last applied")
-		// The follower got past its start check once it read live marks.
-		started := !fs.status.Snapshot().LiveAt.IsZero()
+		// The follower got past its start check once it read live marks
+		// (its own: the ones its status started with are the last
+		// follower's).
+		started := fs.status.Snapshot().Refreshed
 		s.mu.Lock()
 		fs.running = false
 		last := s.state(table).last
@@ -242,6 +343,10 @@ func (s *Server) catchUpFunc(table string) func(context.Context) (map[int32]int6
 		s.mu.Lock()
 		s.followOf(table).paused = true
 		s.mu.Unlock()
+		// While paused, the table's lag is kept current: it is ready
+		// while that stays within max_lag. The watcher starts before
+		// the follower stops, so that no moment has neither.
+		s.startWatch(table)
 		s.stopFollow(table)
 		s.mu.Lock()
 		db := s.db
@@ -292,6 +397,9 @@ type partitionAndLiveJSON struct {
 // followView is a snapshot of one followed table's follower.
 type followView struct {
 	running bool
+	// watched: the follower is paused, or resuming, and its live marks
+	// are kept current by the watcher (startWatch).
+	watched bool
 	err     error
 	errAt   time.Time
 	maxLag  int64
@@ -307,6 +415,7 @@ func (s *Server) followInfo(table string) (followView, bool) {
 	var v followView
 	if fs != nil {
 		v.running, v.err, v.errAt = fs.running, fs.err, fs.errAt
+		v.watched = !fs.running && fs.watchDone != nil
 	}
 	var st *materialize.FollowStatus
 	if fs != nil {
@@ -349,9 +458,22 @@ func (v followView) json() *followJSON {
 }
 
 // notReady says why a followed table is not ready, "" when it is: its
-// follower must run, have read the live marks, and be within MaxLag.
+// follower must run, have read the live marks, and be within MaxLag. While
+// a rebuild has paused it (the catch-up, the publish, until the follower
+// of the new generation runs), the watcher's live marks are compared with
+// the positions the paused follower applied, with the same MaxLag.
 func (v followView) notReady() string {
-	switch lag := v.snap.MaxLag(); {
+	lag := v.snap.MaxLag()
+	if v.watched {
+		switch {
+		case lag < 0:
+			return "rebuilding: the partitions' high watermarks not read yet"
+		case lag > v.maxLag:
+			return fmt.Sprintf("rebuilding: %d records behind, over max_lag %d", lag, v.maxLag)
+		}
+		return ""
+	}
+	switch {
 	case !v.running && v.err != nil:
 		return "following stopped: " + v.err.Error()
 	case !v.running:

@@ -61,6 +61,10 @@ func followedSpec(spec materialize.Spec, f Follow, hook func(catchUpFn) catchUpF
 			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond,
 			Replay: replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second}})
 	}
+	f.Live = func(ctx context.Context, db *store.DB, log zerolog.Logger, st *materialize.FollowStatus) error {
+		return materialize.WatchLive(ctx, materialize.FollowOptions{DB: db, Spec: spec, Status: st, Log: log,
+			Refresh: 100 * time.Millisecond, Replay: replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second}})
+	}
 	f.Rebuild = rebuild
 	f.Retriable = materialize.FollowRetriable
 	return Table{Name: name, Topic: spec.Topic, Fold: spec.Fold, Follow: &f,

@@ -154,8 +154,11 @@ func newRebuildOptions(c *cli.Context) (*rebuildOptions, error) {
 	if o.spec, err = tableSpec(c); err != nil {
 		return nil, err
 	}
-	if o.spec.Memory, err = parseMemory(c.String("memory")); err != nil {
-		return nil, err
+	// A config file's table memory stands unless --memory is given.
+	if _, fromFile := configTable(c); !fromFile || o.spec.Memory == 0 || c.IsSet("memory") {
+		if o.spec.Memory, err = parseMemory(c.String("memory")); err != nil {
+			return nil, err
+		}
 	}
 	if c.IsSet("from-offsets") && c.IsSet("from-timestamp") {
 		return nil, usageErrorf("--from-offsets and --from-timestamp are exclusive")

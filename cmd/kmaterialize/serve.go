@@ -53,6 +53,7 @@ The config file (YAML; an unknown field is an error naming its line):
     properties:                            # librdkafka properties; ${NAME} from the environment
       security.protocol: SASL_SSL
       sasl.password: ${KAFKA_PASSWORD}
+  memory: 1GiB                             # default: what it covers (followers + runs + 64MiB for reads)
   schema_registry:                         # for value_format/key_format avro, protobuf, jsonschema
     url: http://registry:8081
     username: svc                          # basic auth; or bearer_token: ${SR_TOKEN}
@@ -74,6 +75,7 @@ The config file (YAML; an unknown field is an error naming its line):
       rebuild_if_needed: true              # rebuild in the background when following cannot go on
       keep: 2                              # earlier generations kept for rollback and diff; default 0
       max_change: 20                       # refuse a publish changing more than 20% of the keys; default off
+      memory: 256MiB                       # as rebuild --memory: bounds its rebuilds and its follower
     - name: votes
       topic: studio-votes
       fold: count
@@ -185,6 +187,10 @@ func runServe(c *cli.Context) error {
 	// The file's secrets, before anything can print them.
 	red := redactorOf(c)
 	red.Add(cfg.Secrets()...)
+	// The daemon's memory covers its followers, runs and reads (config's
+	// MemoryParts); the collector works to keep the Go part within it, as
+	// a rebuild's --memory does. A reload does not change it.
+	defer limitGoMemory(cfg.Memory)()
 	srv, err := serve.New(serveConfig(c, cfg, path, log))
 	if err != nil {
 		return err
@@ -266,6 +272,7 @@ func checkServeConfig(c *cli.Context, path string) error {
 	}
 	out := stdoutOf(c)
 	fmt.Fprintf(out, "config %s: ok: db %s, socket %s, %d table(s)\n", path, cfg.DB, cfg.Socket, len(cfg.Tables))
+	fmt.Fprintf(out, "  memory %s: %s\n", config.FormatSize(cfg.Memory), cfg.MemoryParts())
 	for _, t := range cfg.Tables {
 		line := fmt.Sprintf("  table %s: topic %s, fold %s", t.Spec.Name, t.Spec.Topic, t.Spec.Fold)
 		if t.Schedule != "" {
@@ -421,8 +428,14 @@ func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 	red := config.NewRedactor()
 	red.Add(cfg.Secrets()...)
 	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
+		// A configured table's update is bounded by its memory (the
+		// daemon's memory counts it among the runs).
+		var memory int64
+		if spec, err := cfg.Table(table); err == nil {
+			memory = spec.Memory
+		}
 		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
-			Registry: registry, RebuildIfNeeded: rebuildIfNeeded, Log: log})
+			Registry: registry, RebuildIfNeeded: rebuildIfNeeded, Memory: memory, Log: log})
 		if err != nil {
 			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
 		}
@@ -439,6 +452,13 @@ func followTable(spec materialize.Spec, t config.Table, brokers string, props ma
 		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
 			err := materialize.Follow(ctx, materialize.FollowOptions{
 				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Registry: registry, Log: log,
+				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
+			})
+			return red.Error(config.Scrub(err, props))
+		},
+		Live: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
+			err := materialize.WatchLive(ctx, materialize.FollowOptions{
+				DB: db, Spec: spec, Status: status, Log: log,
 				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
 			})
 			return red.Error(config.Scrub(err, props))
