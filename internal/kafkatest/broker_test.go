@@ -185,7 +185,20 @@ func TestRebuildOverKafka(t *testing.T) {
 	// The last record of some partition is a commit marker.
 	all = append(all, txn(t, e, topic+"-txn-3", topic, genRecords(rng, 3, 10), true)...)
 	want, read, skipped := oracle(all)
-	ends := endOffsets(t, adm, topic)
+	ends := stableEnds(t, adm, topic)
+	// The condition is there: some partition's last offset is a commit
+	// marker (the offset after its last record, below the high watermark).
+	lastRecord := map[int32]int64{}
+	for _, r := range all {
+		lastRecord[r.P] = max(lastRecord[r.P], r.O)
+	}
+	markerLast := false
+	for p, hw := range ends {
+		markerLast = markerLast || hw == lastRecord[p]+2
+	}
+	if !markerLast {
+		t.Fatalf("no partition ends in a commit marker: high watermarks %v, last records %v", ends, lastRecord)
+	}
 
 	db := filepath.Join(t.TempDir(), "tables.db")
 	out := kmz(t, bin, 0, "rebuild", "--brokers", e.Addr, "--topic", topic, "--db", db, "--stall-timeout", "30s")
@@ -433,6 +446,32 @@ func endOffsets(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 		out[o.Partition] = o.Offset
 	})
 	return out
+}
+
+// stableEnds waits until no transaction is open on topic (every partition's
+// last stable offset equals its high watermark) and returns the high
+// watermarks. On Apache Kafka, EndTransaction returns before the
+// coordinator has written the markers: a high watermark read at once can
+// lack the last commit marker.
+func stableEnds(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		high := endOffsets(t, adm, topic)
+		lso, err := adm.ListCommittedOffsets(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stable := true
+		lso.Each(func(o kadm.ListedOffset) { stable = stable && o.Err == nil && o.Offset == high[o.Partition] })
+		if stable && len(lso) > 0 {
+			return high
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: last stable offsets %v never reached the high watermarks %v within 30s", topic, lso, high)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a condition with a deadline
+	}
 }
 
 // consume reads every partition of topic up to ends with cl (read_uncommitted,
