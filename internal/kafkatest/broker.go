@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,8 @@ type Options struct {
 	// Heap is the JVM's -Xmx. Default: "512m".
 	Heap string
 	// ReadyTimeout bounds the wait for the broker to serve metadata, a
-	// group coordinator and a transaction coordinator. Default: 90s.
+	// group coordinator and a transaction coordinator. Default: 180s (a
+	// start took 66s on a 2-core machine shared with other builds).
 	ReadyTimeout time.Duration
 	// StopTimeout bounds the wait after SIGTERM before SIGKILL. Default: 30s.
 	StopTimeout time.Duration
@@ -50,7 +52,7 @@ func (o Options) withDefaults() Options {
 		o.Heap = "512m"
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 90 * time.Second
+		o.ReadyTimeout = 180 * time.Second
 	}
 	if o.StopTimeout == 0 {
 		o.StopTimeout = 30 * time.Second
@@ -297,16 +299,25 @@ func (b *Broker) launch(o Options, classPath, props string) error {
 	b.cmd.Stdout, b.cmd.Stderr = f, f
 	// The broker dies with the test process: a test killed by its timeout
 	// must not leave a JVM holding ports and memory on a shared machine.
+	// The kernel sends Pdeathsig when the thread that forked the child
+	// exits, not the process; so the fork happens on a goroutine locked to
+	// its thread, which lives (in Wait) as long as the broker. The
+	// goroutine's owner is the Broker: Stop waits for exited.
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		err := b.cmd.Start()
+		started <- err
+		if err == nil {
+			b.waitErr = b.cmd.Wait()
+		}
+		close(b.exited)
+	}()
+	if err := <-started; err != nil {
 		return fmt.Errorf("kafkatest: start kafka.Kafka: %w", err)
 	}
 	b.Pid = b.cmd.Process.Pid
-	// The waiter's owner is the Broker: Stop waits for exited.
-	go func() {
-		b.waitErr = b.cmd.Wait()
-		close(b.exited)
-	}()
 	return nil
 }
 
