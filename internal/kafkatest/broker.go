@@ -32,6 +32,9 @@ type Options struct {
 	Java string
 	// Heap is the JVM's -Xmx. Default: "512m".
 	Heap string
+	// JVMArgs are added to the broker's java command line, before the
+	// class path.
+	JVMArgs []string
 	// ReadyTimeout bounds the wait for the broker to serve metadata, a
 	// group coordinator and a transaction coordinator. Default: 180s (a
 	// start took 66s on a 2-core machine shared with other builds).
@@ -261,7 +264,7 @@ func (b *Broker) properties(ports []int, extra map[string]string) string {
 // before the first broker runs).
 func (b *Broker) format(ctx context.Context, java, classPath, props string) error {
 	logPath := filepath.Join(b.Dir, "format.log")
-	cmd := exec.CommandContext(ctx, java, "-Xmx256m", "-cp", classPath, "kafka.tools.StorageTool", "format",
+	cmd := exec.CommandContext(ctx, java, "-Xmx256m", quickJIT, "-cp", classPath, "kafka.tools.StorageTool", "format",
 		"-t", b.ClusterID, "-c", props,
 		"--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", mechanism, b.AdminUser, b.AdminPassword),
 		"--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", mechanism, b.ToolUser, b.ToolPassword),
@@ -277,6 +280,13 @@ func (b *Broker) format(ctx context.Context, java, classPath, props string) erro
 	return nil
 }
 
+// quickJIT keeps the JVMs to the quick compiler (C1). The tests' loads are
+// small, and on a 2-core machine shared with builds the optimizing compiler
+// was most of the start's CPU: measured, C1 alone took a start from about
+// 6.5 s of CPU to 4.2 s, the wait for ready by about 40 %, and the resident
+// memory from about 220 to 190 MiB.
+const quickJIT = "-XX:TieredStopAtLevel=1"
+
 // noProviders is what SLF4J prints when it has no provider: the broker would
 // then log nothing, and a failure would have no explanation.
 const noProviders = "No SLF4J providers"
@@ -288,13 +298,16 @@ func (b *Broker) launch(o Options, classPath, props string) error {
 		return fmt.Errorf("kafkatest: %w", err)
 	}
 	b.logFile = f
-	b.cmd = exec.Command(o.Java,
-		"-Xmx"+o.Heap,
+	args := []string{
+		"-Xmx" + o.Heap,
+		quickJIT,
 		"-XX:+ExitOnOutOfMemoryError",
 		"-Djava.awt.headless=true",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
-		"-cp", classPath, "kafka.Kafka", props)
+	}
+	args = append(append(args, o.JVMArgs...), "-cp", classPath, "kafka.Kafka", props)
+	b.cmd = exec.Command(o.Java, args...)
 	b.cmd.Dir = b.Dir
 	b.cmd.Stdout, b.cmd.Stderr = f, f
 	// The broker dies with the test process: a test killed by its timeout

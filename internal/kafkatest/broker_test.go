@@ -160,6 +160,45 @@ func TestBroker(t *testing.T) {
 	}
 }
 
+// TestStartRefusesNoSLF4JProvider: with jars that lack slf4j-simple, Kafka
+// would log nothing; Start refuses such a broker and says why.
+func TestStartRefusesNoSLF4JProvider(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := os.ReadFile(filepath.Join(root, "testdata", "kafka", "pom.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := regexp.MustCompile(`(?s)<dependency>\s*<groupId>org\.slf4j</groupId>\s*<artifactId>slf4j-simple</artifactId>.*?</dependency>`)
+	if !dep.Match(body) {
+		t.Fatal("the pom has no slf4j-simple dependency to remove")
+	}
+	dir := t.TempDir()
+	pom := filepath.Join(dir, "pom.xml")
+	if err := os.WriteFile(pom, dep.ReplaceAll(body, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jars, err := Fetch(context.Background(), FetchOptions{POM: pom, CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The condition is there: no provider among the jars.
+	if m, _ := filepath.Glob(filepath.Join(jars.Dir, "slf4j-simple-*.jar")); len(m) != 0 || !hasBrokerJar(jars.Dir, jars.Version) {
+		t.Fatalf("jars in %s: slf4j-simple %v, broker jar %v; want the broker without a provider", jars.Dir, m, hasBrokerJar(jars.Dir, jars.Version))
+	}
+	b, err := Start(context.Background(), Options{Jars: FetchOptions{POM: pom, CacheDir: filepath.Join(dir, "cache")}})
+	if err == nil {
+		b.Stop()
+		t.Fatal("Start with no SLF4J provider succeeded")
+	}
+	if !strings.Contains(err.Error(), noProviders) {
+		t.Fatalf("Start with no SLF4J provider: %v, want it to say %q", err, noProviders)
+	}
+	t.Logf("Start refused: %v", err)
+}
+
 // TestRebuildOverKafka is the end-to-end proof of the plumbing: the built
 // kmaterialize binary rebuilds a topic from Apache Kafka (plain records, a
 // committed and an aborted transaction, null keys, tombstones) and `scan`
