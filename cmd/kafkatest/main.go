@@ -8,6 +8,10 @@
 // (scripts/test-kafka does). Progress and errors go to stderr. It exits 1 if
 // the broker cannot start or exits by itself.
 //
+// With -stdin it also stops when its standard input ends: a script that
+// holds the other end (scripts/test-kafka) cannot leave the broker running
+// if it is killed without a chance to signal it.
+//
 //	$ go run ./cmd/kafkatest
 //	KMATERIALIZE_TEST_KAFKA=127.0.0.1:40123
 //	...
@@ -16,7 +20,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,8 +36,18 @@ func main() {
 }
 
 func run() int {
+	untilStdin := flag.Bool("stdin", false, "stop also when standard input ends")
+	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *untilStdin {
+		// This reader may still be blocked in Read when run returns; the
+		// process's exit ends it.
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			stop()
+		}()
+	}
 
 	b, err := kafkatest.Start(ctx, kafkatest.Options{Jars: kafkatest.FetchOptions{Log: os.Stderr}})
 	if err != nil {
@@ -48,6 +64,7 @@ func run() int {
 	code := 0
 	select {
 	case <-ctx.Done():
+		fmt.Fprintln(os.Stderr, "kafkatest: stopping")
 	case <-b.Exited():
 		fmt.Fprintln(os.Stderr, "kafkatest: the broker exited by itself")
 		code = 1

@@ -236,7 +236,7 @@ func TestRebuildOverKafka(t *testing.T) {
 		markerLast = markerLast || hw == lastRecord[p]+2
 	}
 	if !markerLast {
-		t.Fatalf("no partition ends in a commit marker: high watermarks %v, last records %v", ends, lastRecord)
+		t.Fatalf("no partition ends in a commit marker: high watermarks %v, last records %v; the log past them:\n%s", ends, lastRecord, logTail(t, e, topic, lastRecord, ends))
 	}
 
 	db := filepath.Join(t.TempDir(), "tables.db")
@@ -543,6 +543,39 @@ func consume(t *testing.T, cl *kgo.Client, topic string, ends map[int32]int64) [
 		}
 	}
 	return out
+}
+
+// logTail describes every batch entry of topic after the offsets in from,
+// control records included, for a failure message.
+func logTail(t *testing.T, e Endpoint, topic string, from, ends map[int32]int64) string {
+	t.Helper()
+	cl, err := e.Client(kgo.KeepControlRecords())
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	offsets := map[int32]kgo.Offset{}
+	for p := range ends {
+		offsets[p] = kgo.NewOffset().At(from[p])
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	next := map[int32]int64{}
+	for done := false; !done && ctx.Err() == nil; {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			fmt.Fprintf(&b, "p%d o%d control=%v txn=%v pid=%d epoch=%d key=%q value=%q\n", r.Partition, r.Offset,
+				r.Attrs.IsControl(), r.Attrs.IsTransactional(), r.ProducerID, r.ProducerEpoch, r.Key, r.Value)
+			next[r.Partition] = r.Offset + 1
+		})
+		done = true
+		for p, end := range ends {
+			done = done && next[p] >= end
+		}
+	}
+	return b.String()
 }
 
 func keys(m map[int32]int64) []int32 {
