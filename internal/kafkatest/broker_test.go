@@ -226,17 +226,18 @@ func TestRebuildOverKafka(t *testing.T) {
 	want, read, skipped := oracle(all)
 	ends := stableEnds(t, adm, topic)
 	// The condition is there: some partition's last offset is a commit
-	// marker (the offset after its last record, below the high watermark).
-	lastRecord := map[int32]int64{}
-	for _, r := range all {
-		lastRecord[r.P] = max(lastRecord[r.P], r.O)
-	}
+	// marker (a control record of type 1 after its last data record).
 	markerLast := false
+	from := map[int32]int64{}
 	for p, hw := range ends {
-		markerLast = markerLast || hw == lastRecord[p]+2
+		from[p] = max(hw-1, 0)
+	}
+	tail := readLog(t, e, topic, from, ends)
+	for _, r := range tail {
+		markerLast = markerLast || r.Offset == ends[r.Partition]-1 && r.Attrs.IsControl() && isCommit(r)
 	}
 	if !markerLast {
-		t.Fatalf("no partition ends in a commit marker: high watermarks %v, last records %v; the log past them:\n%s", ends, lastRecord, logTail(t, e, topic, lastRecord, ends))
+		t.Fatalf("no partition ends in a commit marker: high watermarks %v; the last entries:\n%s", ends, describe(tail))
 	}
 
 	db := filepath.Join(t.TempDir(), "tables.db")
@@ -430,6 +431,11 @@ func txn(t *testing.T, e Endpoint, id, topic string, recs []*kgo.Record, commit 
 	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 		t.Fatalf("end transaction %s (commit %v): %v", id, commit, err)
 	}
+	// Apache Kafka's EndTxn returns before the coordinator writes the
+	// markers: without this wait the next transaction's records (and its
+	// marker) can come before this one's marker in the log. Waiting until no
+	// transaction is open keeps the log in the order the test wrote it.
+	stableEnds(t, kadm.NewClient(cl), topic)
 	return stored(recs, commit)
 }
 
@@ -545,13 +551,13 @@ func consume(t *testing.T, cl *kgo.Client, topic string, ends map[int32]int64) [
 	return out
 }
 
-// logTail describes every batch entry of topic after the offsets in from,
-// control records included, for a failure message.
-func logTail(t *testing.T, e Endpoint, topic string, from, ends map[int32]int64) string {
+// readLog returns every entry of topic from the offsets in from up to ends,
+// transaction markers (control records) included.
+func readLog(t *testing.T, e Endpoint, topic string, from, ends map[int32]int64) []*kgo.Record {
 	t.Helper()
 	cl, err := e.Client(kgo.KeepControlRecords())
 	if err != nil {
-		return err.Error()
+		t.Fatal(err)
 	}
 	defer cl.Close()
 	offsets := map[int32]kgo.Offset{}
@@ -559,21 +565,39 @@ func logTail(t *testing.T, e Endpoint, topic string, from, ends map[int32]int64)
 		offsets[p] = kgo.NewOffset().At(from[p])
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var b strings.Builder
+	var out []*kgo.Record
 	next := map[int32]int64{}
-	for done := false; !done && ctx.Err() == nil; {
+	for done := false; !done; {
 		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read the log of %s: not at %v within 30s (at %v)", topic, ends, next)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("read the log of %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
-			fmt.Fprintf(&b, "p%d o%d control=%v txn=%v pid=%d epoch=%d key=%q value=%q\n", r.Partition, r.Offset,
-				r.Attrs.IsControl(), r.Attrs.IsTransactional(), r.ProducerID, r.ProducerEpoch, r.Key, r.Value)
+			out = append(out, r)
 			next[r.Partition] = r.Offset + 1
 		})
 		done = true
 		for p, end := range ends {
 			done = done && next[p] >= end
 		}
+	}
+	return out
+}
+
+// isCommit reports whether the control record r is a commit marker: its key
+// is a version (int16) and a type (int16), 1 for commit, 0 for abort.
+func isCommit(r *kgo.Record) bool {
+	return len(r.Key) == 4 && r.Key[2] == 0 && r.Key[3] == 1
+}
+
+func describe(rs []*kgo.Record) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "p%d o%d control=%v commit=%v producer=%d key=%q value=%q\n", r.Partition, r.Offset,
+			r.Attrs.IsControl(), r.Attrs.IsControl() && isCommit(r), r.ProducerID, r.Key, r.Value)
 	}
 	return b.String()
 }
