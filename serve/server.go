@@ -118,7 +118,6 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 			err = cerr
 		}
 	}()
-	s.metrics.observeTables(db)
 
 	unixLn, err := listenUnix(s.cfg.Socket, s.cfg.SocketMode, s.cfg.gid)
 	if err != nil {
@@ -268,6 +267,7 @@ func (s *Server) buildUnpublished(names []string) {
 // Before Run it only replaces Config.Tables.
 func (s *Server) SetTables(tables []Table) error {
 	defs, err := validateTables(tables)
+	s.metrics.reload.loaded(s.now(), err)
 	if err != nil {
 		return err
 	}
