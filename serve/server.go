@@ -264,6 +264,8 @@ func (s *Server) buildUnpublished(names []string) {
 // no longer built or scheduled but stay readable, changed schedules take
 // effect, and published tables whose definition changed (Table.Spec) are
 // rebuilt by the new one (definition.go). An invalid list is a *ConfigError and changes nothing.
+// Either way the outcome is the last reload's in GET /v1/status and /metrics
+// (status.go).
 // Before Run it only replaces Config.Tables.
 func (s *Server) SetTables(tables []Table) error {
 	defs, err := validateTables(tables)
