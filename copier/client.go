@@ -39,8 +39,10 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 	if err != nil {
 		return fmt.Errorf("create producer: %w", err)
 	}
+	bootstrap, _ := pcfg.Get("bootstrap.servers", "")
+	watch := replay.NewBootstrapWatch(fmt.Sprint(bootstrap), c.StallTimeout)
 	wg.Add(2)
-	go replay.ForwardLogs(r.p.Logs(), r.log, wg)
+	go replay.ForwardLogs(r.p.Logs(), r.log, wg, watch.Observe)
 	go func() { // errors not tied to a call: log them; calls report their own
 		defer wg.Done()
 		for ev := range r.p.Events() {
@@ -53,9 +55,15 @@ func (r *copyRun) open(ctx context.Context, wg *sync.WaitGroup) error {
 	if err != nil {
 		return fmt.Errorf("create admin client: %w", err)
 	}
-	if r.src, err = replay.Marks(ctx, r.adm, c.From, c.StallTimeout); err != nil {
+	// The first request: a wrong broker address fails it fast.
+	wctx, stop := watch.Bind(ctx)
+	r.src, err = replay.Marks(wctx, r.adm, c.From, c.StallTimeout)
+	err = watch.Err(wctx, "metadata", c.From, err)
+	stop()
+	if err != nil {
 		return err
 	}
+	watch.Reached()
 	if r.dst, err = replay.Marks(ctx, r.adm, c.To, c.StallTimeout); err != nil {
 		return err
 	}

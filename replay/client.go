@@ -17,6 +17,7 @@ type clients struct {
 	consumer *kafka.Consumer
 	admin    *kafka.AdminClient
 	group    string
+	watch    *BootstrapWatch // the bootstrap brokers' failures, from the logs (unreachable.go)
 	logsDone sync.WaitGroup
 }
 
@@ -34,9 +35,10 @@ func newClients(c Config) (*clients, error) {
 		consumer.Close()
 		return nil, &Error{Op: "create admin client", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
 	}
-	cl := &clients{consumer: consumer, admin: admin, group: group}
+	bootstrap, _ := cm.Get("bootstrap.servers", "")
+	cl := &clients{consumer: consumer, admin: admin, group: group, watch: NewBootstrapWatch(fmt.Sprint(bootstrap), c.StallTimeout)}
 	cl.logsDone.Add(1)
-	go ForwardLogs(consumer.Logs(), c.Log, &cl.logsDone)
+	go ForwardLogs(consumer.Logs(), c.Log, &cl.logsDone, cl.watch.Observe)
 	return cl, nil
 }
 
@@ -54,10 +56,13 @@ func (cl *clients) Close() error {
 // go.logs.channel.enable) into zerolog events until librdkafka closes the
 // channel at the client's Close, then calls done.Done: syslog levels 0-3 as
 // warnings (they usually explain a failure that will be reported), the rest
-// at debug.
-func ForwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, done *sync.WaitGroup) {
+// at debug. Each line goes to observe too (a BootstrapWatch's Observe).
+func ForwardLogs(ch chan kafka.LogEvent, log zerolog.Logger, done *sync.WaitGroup, observe ...func(kafka.LogEvent)) {
 	defer done.Done()
 	for ev := range ch {
+		for _, o := range observe {
+			o(ev)
+		}
 		lvl := zerolog.DebugLevel
 		if ev.Level <= 3 {
 			lvl = zerolog.WarnLevel

@@ -46,7 +46,10 @@ func GroupLag(ctx context.Context, c Config, group string) ([]GroupPartition, er
 	}
 	defer cl.Close()
 	var res kafka.ListConsumerGroupOffsetsResult
-	err = retry(ctx, "list-group-offsets", c.Topic, c.StallTimeout, func(ctx context.Context, t time.Duration) error {
+	// The first request: a wrong broker address fails it fast.
+	wctx, stop := cl.watch.Bind(ctx)
+	defer stop()
+	err = retry(wctx, "list-group-offsets", c.Topic, c.StallTimeout, func(ctx context.Context, t time.Duration) error {
 		ctx, cancel := context.WithTimeout(ctx, t)
 		defer cancel()
 		var err error
@@ -61,6 +64,10 @@ func GroupLag(ctx context.Context, c Config, group string) ([]GroupPartition, er
 		}
 		return err
 	})
+	err = cl.watch.Err(wctx, "list-group-offsets", c.Topic, err)
+	if err == nil {
+		cl.watch.Reached()
+	}
 	var ke kafka.Error
 	if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupIDNotFound {
 		// Brokers answer this or, older ones, no offsets (below).

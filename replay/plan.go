@@ -79,7 +79,14 @@ func topicIDOf(u kafka.UUID) TopicID {
 // resolving starts.
 func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	captured := time.Now()
-	plan, err := Marks(ctx, cl.admin, c.Topic, c.StallTimeout)
+	// The first request: a wrong broker address fails it fast.
+	wctx, stop := cl.watch.Bind(ctx)
+	plan, err := Marks(wctx, cl.admin, c.Topic, c.StallTimeout)
+	err = cl.watch.Err(wctx, "metadata", c.Topic, err)
+	stop()
+	if err == nil {
+		cl.watch.Reached()
+	}
 	plan.End = c.End
 	plan.CapturedAt = captured
 	var re *Error

@@ -62,6 +62,7 @@ func (s *Server) handler(tcp bool) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /v1/status", s.status)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	api := s.authorize(tcp, mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -73,6 +73,7 @@ func (s *Server) drop(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
 		return
 	}
+	s.metrics.tableDropped(table)
 	s.cfg.Log.Info().Str(keyTable, table).Uint64(keyGeneration, m.Generation).Int64("keys", m.Keys).Msg("table dropped")
 	writeJSON(w, http.StatusOK, dropJSON{Dropped: table, Generation: m.Generation, Keys: m.Keys})
 }

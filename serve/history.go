@@ -49,7 +49,6 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Log.Info().Str(keyTable, table).Uint64("from", res.From.Generation).Uint64("generation", res.To.Generation).
 		Msg("rolled back: a kept generation is published again, the previous one kept")
-	s.metrics.observeTables(db)
 	writeJSON(w, http.StatusOK, rollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})
 }
 

@@ -137,7 +137,6 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 			err = cerr
 		}
 	}()
-	s.metrics.observeTables(db)
 
 	unixLn, err := listenUnix(s.cfg.Socket, s.cfg.SocketMode, s.cfg.gid)
 	if err != nil {
@@ -288,9 +287,12 @@ func (s *Server) buildUnpublished(names []string, trigger string) {
 // no longer built or scheduled but stay readable, changed schedules take
 // effect, and published tables whose definition changed (Table.Spec) are
 // rebuilt by the new one (definition.go). An invalid list is a *ConfigError and changes nothing.
+// Either way the outcome is the last reload's in GET /v1/status and /metrics
+// (status.go).
 // Before Run it only replaces Config.Tables.
 func (s *Server) SetTables(tables []Table) error {
 	defs, err := validateTables(tables)
+	s.metrics.reload.loaded(s.now(), err)
 	if err != nil {
 		return err
 	}

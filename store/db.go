@@ -77,6 +77,7 @@ type DB struct {
 	version  uint64     // the file's format version when opened
 	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder
+	readTxs  readTxs // read transactions this package opened (readtx.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was

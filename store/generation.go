@@ -184,7 +184,7 @@ func (g *Generation) HasRows() (bool, error) {
 		return false, fmt.Errorf("read generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
 	has := false
-	err := g.db.bolt.View(func(tx *bolt.Tx) error {
+	err := g.db.boltView(func(tx *bolt.Tx) error {
 		_, rows, err := g.rowsBucket(tx)
 		if err != nil {
 			return err

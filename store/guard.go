@@ -31,7 +31,7 @@ import (
 
 // view is bolt's View under guard.
 func (db *DB) view(fn func(tx *bolt.Tx) error) error {
-	return guard(db.path, func() error { return db.bolt.View(fn) })
+	return guard(db.path, func() error { return db.boltView(fn) })
 }
 
 // guard runs fn, converting a panic or memory fault inside it into an

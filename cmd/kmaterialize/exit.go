@@ -121,6 +121,8 @@ func hint(err error) string {
 		return "check that the Schema Registry is up and reachable (--schema-registry, " + decode.EnvURL + " or schema_registry.url) and its credentials (the config file's schema_registry section, or " + decode.EnvUser + "/" + decode.EnvPassword + " or " + decode.EnvToken + "), then rerun"
 	case errors.Is(err, decode.ErrBadSetting):
 		return "--value-format avro --schema-registry http://localhost:8081 (credentials from " + decode.EnvUser + " and " + decode.EnvPassword + ")"
+	case errors.As(err, new(*replay.UnreachableError)):
+		return "check the broker addresses (--brokers, KMATERIALIZE_BROKERS, -X bootstrap.servers or the config's kafka.brokers) and that the brokers run there, then rerun"
 	case errors.Is(err, replay.ErrUnavailable):
 		return "check that the brokers are up and reachable (--brokers or KMATERIALIZE_BROKERS) and the security settings passed with -X, then rerun"
 	case errors.Is(err, replay.ErrOpenTransaction):

@@ -362,6 +362,7 @@ func reload(path, propsFile string, old *config.Config, srv *serve.Server, log z
 	}
 	if err != nil {
 		log.Error().Err(err).Str("config", path).Msg("reload failed: keeping the running tables")
+		srv.ReloadFailed(red.Error(err))
 		return
 	}
 	if cfg.DB != old.DB || cfg.Socket != old.Socket || cfg.SocketMode != old.SocketMode || cfg.SocketGroup != old.SocketGroup ||
