@@ -75,6 +75,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		if m.Generation != gen {
 			return &GenerationChangedError{Table: table, Expected: gen, Published: m.Generation}
 		}
+		db.pins.bump(gen) // before the commit: see pinSet.bump
 		gb := tx.Bucket(BucketGenerations).Bucket(GenerationKey(gen))
 		index := gb.Bucket(BucketIndex)
 		if index == nil {

@@ -52,7 +52,7 @@ func (b *baseRows) Next() (key, value []byte, ok bool, err error) {
 func (b *baseRows) fill() error {
 	b.block.reset()
 	b.i = 0
-	return b.db.bolt.View(func(tx *bolt.Tx) error {
+	return b.db.view(func(tx *bolt.Tx) error {
 		rows, err := generationBucket(tx, b.gen, BucketRows)
 		if err != nil {
 			return err
@@ -132,7 +132,7 @@ func (g *Generation) CopyIndexes(ctx context.Context, base uint64) error {
 		return fmt.Errorf("copy indexes into generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
 	var names [][]byte
-	err := g.db.bolt.View(func(tx *bolt.Tx) error {
+	err := g.db.view(func(tx *bolt.Tx) error {
 		idx, err := generationBucket(tx, base, BucketIndex)
 		if err != nil {
 			return err

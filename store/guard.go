@@ -30,7 +30,11 @@ import (
 // (see PageCheck).
 
 // view is bolt's View under guard.
+// Each one is tracked from before bbolt begins it to after it ends, for
+// OldestReadTx.
 func (db *DB) view(fn func(tx *bolt.Tx) error) error {
+	done := db.reads.begin()
+	defer done()
 	return guard(db.path, func() error { return db.bolt.View(fn) })
 }
 

@@ -152,6 +152,10 @@ const (
 	// metadata and checkpoint by a later publish (Generation.Keep) or a
 	// rollback; no table points at it.
 	StateKept = "kept"
+	// StateRetired: a generation a publish replaced while a Pager read it
+	// (pager.go); no table points at it, the last Pager deletes it, and
+	// the next read-write Open removes it if a crash came first.
+	StateRetired = "retired"
 )
 
 // setGenerationState records a generation's state, and its row count when
