@@ -46,6 +46,12 @@ type Config struct {
 	// none.
 	SchemaRegistry SchemaRegistry
 	Tables         []Table // in file order
+
+	// Large answers (docs/daemon.md "Large answers: paging, spooling and
+	// limits"): 0 means the daemon's default (serve.Config).
+	SpoolMaxBytes    int64
+	MaxHeavyRequests int
+	PageMaxBytes     int
 }
 
 // Kafka is the connection every table's replay uses.
@@ -110,6 +116,10 @@ type file struct {
 	Tables      []fileTable `yaml:"tables"`
 
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
+
+	SpoolMaxBytes    int64 `yaml:"spool_max_bytes"`
+	MaxHeavyRequests int   `yaml:"max_heavy_requests"`
+	PageMaxBytes     int   `yaml:"page_max_bytes"`
 }
 
 type fileSchemaRegistry struct {
@@ -381,6 +391,15 @@ func (p *parser) build(f *file) (*Config, error) {
 	if c.Socket == "" && c.DB != "" {
 		c.Socket = c.DB + ".sock"
 	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"spool_max_bytes", f.SpoolMaxBytes}, {"max_heavy_requests", int64(f.MaxHeavyRequests)}, {"page_max_bytes", int64(f.PageMaxBytes)}} {
+		if l.v < 0 {
+			return nil, p.errorf(p.line(l.name), l.name, "%d: want a positive number (or leave it out for the default)", l.v)
+		}
+	}
+	c.SpoolMaxBytes, c.MaxHeavyRequests, c.PageMaxBytes = f.SpoolMaxBytes, f.MaxHeavyRequests, f.PageMaxBytes
 	if f.SocketMode != "" {
 		m, err := ParseSocketMode(f.SocketMode)
 		if err != nil {

@@ -611,10 +611,14 @@ func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	return q, true
 }
 
+// errPageEnd ends a rows page's cursor walk.
+var errPageEnd = errors.New("page full")
+
 // getRows answers one page of rows as JSON lines, exactly as `scan --format
 // jsonl` prints them. The page is formatted in memory inside the read
-// transaction (at most MaxRowsLimit rows), so the status is decided before
-// its first byte and no slow client holds a transaction open.
+// transaction (at most limit rows and Config.PageMaxBytes of keys and
+// values, or a single larger row), so the status is decided before its
+// first byte and no slow client holds a transaction open.
 func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	table, ok := tableParam(w, r)
 	if !ok {
@@ -630,6 +634,7 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	var gen uint64
+	size := 0 // bytes of keys and values on the page
 	more, gone := false, false
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		gen = snap.Meta.Generation
@@ -638,12 +643,16 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}
 		n := 0
-		return snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
-			if n == q.limit {
+		err := snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
+			// The page ends at q.limit rows, or before the row that would
+			// take it past the byte budget (a first row larger than it
+			// comes alone).
+			if n == q.limit || (n > 0 && size+len(k)+len(v) > s.cfg.PageMaxBytes) {
 				more = true
-				return nil
+				return errPageEnd
 			}
 			n++
+			size += len(k) + len(v)
 			ks, err := snapshot.Text(k, k, "key", q.b64)
 			if err != nil {
 				return err
@@ -659,6 +668,10 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			buf.Write(snapshot.JSONLine(ks, vs))
 			return nil
 		})
+		if errors.Is(err, errPageEnd) {
+			return nil
+		}
+		return err
 	})
 	switch {
 	case errors.Is(err, snapshot.ErrNotUTF8):
@@ -680,11 +693,13 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	w.Write(buf.Bytes())
 }
 
-// export streams the same document `kmaterialize export` writes, from one
-// read transaction. A key or value that is not UTF-8 (without
-// encoding=base64) fails it before the first byte; each chunk renews the
-// write deadline, so a stalled client cannot hold the transaction open for
-// longer than writeTimeout.
+// export sends the same document `kmaterialize export` writes, of one state
+// of the table, without a read transaction that lasts at the client's pace
+// (store/pager.go): a table that no follower changes is read in pages of
+// short transactions pinned to its generation; a followed one (or one
+// changed in place before the first byte) is spooled (spool.go). A key or
+// value that is not UTF-8 (without encoding=base64) fails it before the
+// first byte.
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	table, ok := tableParam(w, r)
 	if !ok {
@@ -702,12 +717,46 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
-	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
-	err = db.ReadTable(table, func(snap *store.Snapshot) error {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(HeaderGeneration, strconv.FormatUint(snap.Meta.Generation, 10))
-		return snapshot.WriteSnapshot(snap, dw, snapshot.Options{Base64: b64})
+	release, ok := s.heavySlot(w, fmt.Sprintf("export of table %q", table))
+	if !ok {
+		return
+	}
+	defer release()
+	opts := snapshot.Options{Base64: b64}
+	if !s.followed(table) && s.exportPaged(w, db, table, opts) {
+		return
+	}
+	s.exportSpooled(w, db, table, opts, release)
+}
+
+// followed reports whether a follower keeps table current (it changes in
+// place between rebuilds).
+func (s *Server) followed(table string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, ok := s.tables[table]
+	return ok && def.Follow != nil
+}
+
+// exportPaged sends the export from a store.Pager. It returns false, having
+// sent nothing, when the generation changed in place before the first byte:
+// the caller spools it instead.
+func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, opts snapshot.Options) bool {
+	var cp checkpoint.Checkpoint
+	p, err := db.NewPager(table, func(snap *store.Snapshot) error {
+		var err error
+		cp, _, err = checkpoint.Load(snap.Tx, table)
+		return err
 	})
+	if err != nil {
+		s.exportError(w, table, err)
+		return true
+	}
+	defer p.Close()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(p.Meta.Generation, 10))
+	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
+	err = snapshot.WritePaged(p, cp, dw, opts)
 	switch {
 	case err == nil:
 	case dw.wrote:
@@ -715,11 +764,51 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		// client does not take a truncated document for a whole one.
 		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
 		panic(http.ErrAbortHandler)
-	case errors.Is(err, snapshot.ErrNotUTF8):
+	case errors.Is(err, store.ErrPagerStale):
 		w.Header().Del(HeaderGeneration)
-		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+		return false
 	default:
 		w.Header().Del(HeaderGeneration)
+		s.exportError(w, table, err)
+	}
+	return true
+}
+
+// exportSpooled reads the export in one read transaction into a spool file,
+// releases the heavy slot, and sends the file.
+func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string, opts snapshot.Options, release func()) {
+	sf, err := s.spool.create()
+	if err != nil {
+		s.readError(w, table, err)
+		return
+	}
+	defer sf.close()
+	var gen uint64
+	err = db.ReadTable(table, func(snap *store.Snapshot) error {
+		gen = snap.Meta.Generation
+		return snapshot.WriteSnapshot(snap, sf, opts)
+	})
+	release()
+	if err != nil {
+		s.exportError(w, table, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	if err := sf.send(w); err != nil {
+		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// exportError answers an export that failed before its first byte.
+func (s *Server) exportError(w http.ResponseWriter, table string, err error) {
+	switch {
+	case errors.Is(err, errSpoolFull):
+		s.spoolFullError(w, fmt.Sprintf("the export of table %q", table))
+	case errors.Is(err, snapshot.ErrNotUTF8):
+		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+	default:
 		s.readError(w, table, err)
 	}
 }

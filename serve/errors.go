@@ -31,6 +31,8 @@ const (
 	codeGenerationNotFound = "generation_not_found"
 	codeTableFollowed      = "table_followed"
 	codeDefinitionChanged  = "definition_changed"
+	codeSpoolFull          = "spool_full" // a spooled answer would pass spool_max_bytes (spool.go)
+	codeBusy               = "busy"       // max_heavy_requests are running (heavy.go)
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet

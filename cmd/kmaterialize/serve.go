@@ -204,7 +204,8 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
 		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
-		Update: serveUpdate(cfg),
+		Update:        serveUpdate(cfg),
+		SpoolMaxBytes: cfg.SpoolMaxBytes, MaxHeavyRequests: cfg.MaxHeavyRequests, PageMaxBytes: cfg.PageMaxBytes,
 	}
 }
 
