@@ -813,17 +813,43 @@ func (s *Server) exportError(w http.ResponseWriter, table string, err error) {
 	}
 }
 
-// deadlineWriter renews the connection's write deadline before each write.
+// deadlineWriter renews the connection's write deadline, to
+// streamStallTimeout, before each piece of at most deadlineChunk bytes: a
+// client that reads slowly but steadily (curl --limit-rate 1k) is served to
+// the end, one that stops reading is cut off. It never holds a read
+// transaction (an export or a diff writes to it from pages or from a spool
+// file), so a slow client costs a connection and its spool file or pinned
+// generation, not the writers' progress.
 type deadlineWriter struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	wrote bool
 }
 
+// deadlineChunk is the largest write deadlineWriter makes under one
+// deadline.
+const deadlineChunk = 8 << 10
+
+// streamStallTimeout bounds one write of an answer's body. It is not
+// writeTimeout (30 s): the kernel reports a socket writable only once its
+// buffer has drained well below full (for a unix socket, to a quarter of
+// its ~200 KiB), which at 1 KiB/s takes minutes, not seconds.
+const streamStallTimeout = 5 * time.Minute
+
 func (d *deadlineWriter) Write(b []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	d.wrote = true
-	return d.w.Write(b)
+	n := 0
+	for len(b) > 0 {
+		piece := b[:min(len(b), deadlineChunk)]
+		_ = d.rc.SetWriteDeadline(time.Now().Add(streamStallTimeout))
+		d.wrote = true
+		m, err := d.w.Write(piece)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b = b[m:]
+	}
+	return n, nil
 }
 
 // rebuildResult is the body of POST .../rebuild?wait=1.

@@ -96,11 +96,31 @@ const PagedChunkBytes = 1 << 20
 // after part of the document was written.
 func WritePaged(p *store.Pager, cp checkpoint.Checkpoint, w io.Writer, opts Options) error {
 	rows := func(fn func(k, v []byte) error) error {
-		var after []byte
+		// A page is copied out of its transaction before fn sees it: fn
+		// writes to w, which may block for as long as the client likes.
+		var after, buf []byte
+		var ends []int // ends[2i], ends[2i+1]: where row i's key and value end in buf
 		for {
-			last, more, err := p.Page(store.Range{}, after, 0, PagedChunkBytes, fn)
-			if err != nil || !more {
+			buf, ends = buf[:0], ends[:0]
+			last, more, err := p.Page(store.Range{}, after, 0, PagedChunkBytes, func(k, v []byte) error {
+				buf = append(buf, k...)
+				ends = append(ends, len(buf))
+				buf = append(buf, v...)
+				ends = append(ends, len(buf))
+				return nil
+			})
+			if err != nil {
 				return err
+			}
+			start := 0
+			for i := 0; i < len(ends); i += 2 {
+				if err := fn(buf[start:ends[i]], buf[ends[i]:ends[i+1]]); err != nil {
+					return err
+				}
+				start = ends[i+1]
+			}
+			if !more {
+				return nil
 			}
 			after = last
 		}
