@@ -397,9 +397,10 @@ func (db *DB) FormatVersion() uint64 { return db.version }
 // read-only DB.
 func (db *DB) Cleaned() int { return db.cleaned }
 
-// CleanedFiles reports how many files a crashed rebuild or compaction left
-// beside the database (run files, a compaction's temporary file) the
-// read-write Open removed. Always 0 for a read-only DB.
+// CleanedFiles reports how many files a crashed rebuild, compaction or
+// daemon left beside the database (run files, a compaction's temporary
+// file, spool files) the read-write Open removed. Always 0 for a read-only
+// DB.
 func (db *DB) CleanedFiles() int { return db.files }
 
 // Close closes the file and releases its lock, removing the holder record

@@ -2,6 +2,9 @@ package store
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -235,5 +238,57 @@ func TestOldestReadTx(t *testing.T) {
 	}
 	if d := db.OldestReadTx(); d != 0 {
 		t.Fatalf("OldestReadTx %v after the transaction ended", d)
+	}
+}
+
+// TestOpenRemovesSpoolLeftovers: a read-write Open removes the spool files
+// a killed daemon left in SpoolDir (and the directory, once empty), and
+// leaves a file that is not a spool file alone.
+func TestOpenRemovesSpoolLeftovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.db")
+	db, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := SpoolDir(path)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"123" + SpoolSuffix, "456" + SpoolSuffix} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("left"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err = Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.CleanedFiles() != 2 {
+		t.Fatalf("CleanedFiles %d, want the 2 spool files", db.CleanedFiles())
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("spool directory after Open: %v, want it removed", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A file that is not ours stays, and so does the directory.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(other, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := os.Stat(other); err != nil || db.CleanedFiles() != 0 {
+		t.Fatalf("a file that is not a spool file: %v, CleanedFiles %d; want it kept, 0", err, db.CleanedFiles())
 	}
 }
