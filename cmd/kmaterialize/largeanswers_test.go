@@ -170,3 +170,45 @@ func TestDiffMemoryBound(t *testing.T) {
 			peak>>20, (peak-idle)>>20, idle>>20)
 	}
 }
+
+// TestRoutedScanByteBudget: with page_max_bytes: 2500 in the daemon's
+// config, a routed `scan` of 120 rows of 1000-byte values (one of 6000
+// bytes) reads pages of at most two rows (the large one alone), more than
+// 60 of them by the daemon's request metrics, and prints every row of the
+// oracle in key order.
+func TestRoutedScanByteBudget(t *testing.T) {
+	topic := newTopic(t, 1)
+	want := map[string]string{}
+	var recs []localkafka.Record
+	for i := 0; i < 120; i++ {
+		v := strings.Repeat(fmt.Sprint(i%10), 1000)
+		if i == 33 {
+			v = strings.Repeat("L", 6000)
+		}
+		k := fmt.Sprintf("k%03d", i)
+		want[k] = v
+		recs = append(recs, localkafka.Record{Key: []byte(k), Value: []byte(v)})
+	}
+	produce(t, topic, recs)
+	s := newDaemonSetup(t, map[string]string{"big": topic})
+	doc, err := os.ReadFile(s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.cfg, append([]byte("page_max_bytes: 2500\n"), doc...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.start(t)
+	before := rowsRequests(t, s.sock)
+	res := quiet(t, "scan", "--db", s.db, "--table", "big", "--base64", "--format", "jsonl", "--lock-timeout", "0")
+	if res.code != 0 {
+		t.Fatalf("routed scan: exit %d\n%s", res.code, res.stderr)
+	}
+	got := decodeRows(t, res.stdout)
+	if len(got) != len(want) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("routed scan printed %d rows, the oracle has %d (or other values)", len(got), len(want))
+	}
+	if pages := rowsRequests(t, s.sock) - before; pages <= 60 {
+		t.Fatalf("the scan read %d pages: with a budget of 2500 bytes it needs more than 60", pages)
+	}
+}
