@@ -23,9 +23,10 @@ import (
 // not change between them. A generation changes in two ways, and a Pager
 // guards against both:
 //   - in place, by Apply (a follower or an incremental update): every Apply
-//     bumps the generation's write sequence before it commits, and each page
-//     checks, inside its transaction, that the sequence is the one the
-//     Pager started with (else *PagerStaleError);
+//     moves the generation's write sequence on before it commits and after
+//     (a seqlock: pinSet.begin), and each page checks, inside its
+//     transaction, that the sequence is the one the Pager started with
+//     (else *PagerStaleError);
 //   - by removal: a publish that replaces it, a prune of kept generations,
 //     a drop. A Pager pins its generation: a publish that would delete a
 //     pinned generation retires it instead (state StateRetired, no table
@@ -58,7 +59,8 @@ func (e *PagerStaleError) Error() string {
 func (e *PagerStaleError) Is(target error) bool { return target == ErrPagerStale }
 
 // pagerAttempts bounds how often NewPager starts again when a publish
-// removed the generation between its lookup and its pin.
+// removed the generation between its lookup and its pin, or an in-place
+// write was under way.
 const pagerAttempts = 5
 
 // Pager reads the rows of one generation of a table in pages (see the
@@ -87,7 +89,7 @@ func (db *DB) NewPager(table string, first func(s *Snapshot) error) (*Pager, err
 		gen := m.Generation
 		db.pins.pin(gen) // waits while a publish is deleting gen
 		p := &Pager{Meta: m, db: db}
-		gone := false
+		gone, writing := false, false
 		err = db.view(func(tx *bolt.Tx) error {
 			gb := genBucket(tx, gen)
 			if gb == nil {
@@ -105,21 +107,27 @@ func (db *DB) NewPager(table string, first func(s *Snapshot) error) (*Pager, err
 				return nil
 			}
 			p.Meta, p.seq = now, db.pins.writes(gen)
+			if p.seq%2 == 1 {
+				writing = true // may or may not be in this transaction: again
+				return nil
+			}
 			if first != nil {
 				return first(&Snapshot{Meta: now, Tx: tx, rows: rows})
 			}
 			return nil
 		})
-		if err != nil || gone {
+		if err != nil || gone || writing {
 			db.pins.unpin(db, gen)
 		}
 		switch {
 		case err != nil:
 			return nil, err
-		case !gone:
+		case !gone && !writing:
 			return p, nil
 		case attempt == pagerAttempts:
-			return nil, fmt.Errorf("read table %q in pages: its generation was replaced %d times before it could be pinned", table, attempt)
+			return nil, fmt.Errorf("read table %q in pages: its generation was replaced or written in place %d times before it could be pinned", table, attempt)
+		case writing:
+			db.pins.awaitNoWrite(gen)
 		}
 	}
 }
@@ -127,8 +135,9 @@ func (db *DB) NewPager(table string, first func(s *Snapshot) error) (*Pager, err
 // Page calls fn for the rows of r above after (nil: from r's start), in key
 // order, in one read transaction: at most limit rows (limit <= 0: no
 // bound) whose keys and values make at most maxBytes (maxBytes <= 0: no
-// bound), except that a first row larger than maxBytes comes alone. more reports whether r holds rows after the last
-// one given; last is a copy of its key. k and v are valid only during fn.
+// bound), except that a first row larger than maxBytes comes alone. more
+// reports whether r holds rows after the last one given; last is a copy of
+// its key. k and v are valid only during fn.
 // A generation changed or removed since NewPager is a *PagerStaleError
 // before fn is called.
 func (p *Pager) Page(r Range, after []byte, limit, maxBytes int, fn func(k, v []byte) error) (last []byte, more bool, err error) {
@@ -190,7 +199,8 @@ type pinSet struct {
 	count    map[uint64]int    // Pagers per pinned generation
 	deleting map[uint64]bool   // a publish decided to delete it and has not finished
 	retired  map[uint64]bool   // retired by a committed publish, to delete at the last unpin
-	seq      map[uint64]uint64 // Apply's bumps per generation
+	seq      map[uint64]uint64 // in-place write sequence per generation (begin, end)
+	waiting  int               // NewPagers waiting for an in-place write to end
 }
 
 func (ps *pinSet) init() {
@@ -264,22 +274,47 @@ func (ps *pinSet) settle(gen uint64, claimed, committed bool) (dropNow bool) {
 	return true
 }
 
-// bump records an in-place write to gen. Apply calls it inside its
-// transaction, before the commit: a Pager's page that sees the write's
-// rows began after the commit and so sees the bump too. A write that then
-// fails to commit leaves a bump for nothing: a Pager fails for no reason,
-// which is safe.
-func (ps *pinSet) bump(gen uint64) {
+// begin and end bracket an in-place write to gen, like a seqlock: Apply
+// calls begin inside its transaction, before the commit (the sequence
+// becomes odd), and end once the transaction is over, committed or not
+// (even again). A Pager reads the sequence inside each page's transaction,
+// after it began: a write whose commit that transaction sees had called
+// begin before, so a first page that reads an even sequence saw no write
+// half done, and a later page that reads the same sequence began before
+// any later write's commit. A write that then fails to commit makes a
+// Pager fail for nothing, which is safe.
+func (ps *pinSet) begin(gen uint64) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.init()
 	ps.seq[gen]++
 }
 
+func (ps *pinSet) end(gen uint64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.init()
+	ps.seq[gen]++
+	ps.cond.Broadcast()
+}
+
+// writes returns gen's write sequence (odd while a write is under way).
 func (ps *pinSet) writes(gen uint64) uint64 {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	return ps.seq[gen]
+}
+
+// awaitNoWrite waits until no in-place write to gen is under way.
+func (ps *pinSet) awaitNoWrite(gen uint64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.init()
+	ps.waiting++
+	for ps.seq[gen]%2 == 1 {
+		ps.cond.Wait()
+	}
+	ps.waiting--
 }
 
 // retire marks gen, which a publish is replacing while a Pager reads it,

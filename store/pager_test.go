@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -290,5 +291,73 @@ func TestOpenRemovesSpoolLeftovers(t *testing.T) {
 	defer db.Close()
 	if _, err := os.Stat(other); err != nil || db.CleanedFiles() != 0 {
 		t.Fatalf("a file that is not a spool file: %v, CleanedFiles %d; want it kept, 0", err, db.CleanedFiles())
+	}
+}
+
+// TestPagerDuringApply: a Pager made while an Apply is inside its
+// transaction (not committed yet) reads one state: its metadata's key count
+// is the number of rows its pages give, and those rows are the table before
+// the Apply or after it (the oracles), never the metadata of one and the
+// rows of the other.
+func TestPagerDuringApply(t *testing.T) {
+	db := openTemp(t)
+	before := oracle{}
+	gen := publishPaged(t, db, "t", before, randomOps(t, 11, 500))
+	after := oracle{"zz-applied": "v"}
+	for k, v := range before {
+		after[k] = v
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	applied := make(chan error, 1)
+	go func() {
+		_, err := db.Apply("t", gen, func(r Rows) error {
+			close(inside)
+			<-release
+			return r.Put([]byte("zz-applied"), []byte("v"))
+		}, nil, nil)
+		applied <- err
+	}()
+	<-inside
+	made := make(chan *Pager, 1)
+	madeErr := make(chan error, 1)
+	go func() {
+		p, err := db.NewPager("t", nil)
+		madeErr <- err
+		made <- p
+	}()
+	// Let the Apply commit once NewPager is pinned (inside its first
+	// transaction) or waiting for the write to end.
+	for {
+		db.pins.mu.Lock()
+		pinned := db.pins.count[gen] > 0 || db.pins.waiting > 0
+		db.pins.mu.Unlock()
+		if pinned {
+			break
+		}
+		select {
+		case err := <-madeErr:
+			t.Fatalf("NewPager returned (%v) while an Apply was inside its transaction", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-madeErr; err != nil {
+		t.Fatal(err)
+	}
+	p := <-made
+	defer p.Close()
+	got, keys := oracle{}, []string{}
+	if _, err := readPages(p, nil, 256, got, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(got)) != p.Meta.Keys {
+		t.Fatalf("the Pager's metadata says %d keys, its pages gave %d: two states", p.Meta.Keys, len(got))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(before) && fmt.Sprint(got) != fmt.Sprint(after) {
+		t.Fatalf("the pages gave %d rows, neither the table before the Apply (%d) nor after it (%d)", len(got), len(before), len(after))
 	}
 }
