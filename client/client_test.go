@@ -52,6 +52,13 @@ func newFixture(t *testing.T, gated bool) *fixture { return newFixtureTCP(t, gat
 // ("" for none) with admin token token.
 func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 	t.Helper()
+	return newFixtureWith(t, gated, listen, token, nil)
+}
+
+// newFixtureWith is newFixtureTCP with tweak (if not nil) applied to the
+// daemon's Config.
+func newFixtureWith(t *testing.T, gated bool, listen, token string, tweak func(*serve.Config)) *fixture {
+	t.Helper()
 	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", t.Name(), os.Getpid(), seq.Add(1)), produced: make(chan struct{})}
 	if err := broker.CreateTopic(f.topic, 1, nil); err != nil {
 		t.Fatal(err)
@@ -65,7 +72,7 @@ func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	s, err := serve.New(serve.Config{
+	cfg := serve.Config{
 		DBPath: filepath.Join(t.TempDir(), "t.db"),
 		Socket: filepath.Join(sockDir, "api.sock"),
 		Listen: listen, AdminToken: token,
@@ -93,7 +100,11 @@ func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 			return 0
 		},
 		Log: log,
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := serve.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kmaterialize/kmaterialize/client"
+	"github.com/kmaterialize/kmaterialize/serve"
 )
 
 // TestClientRangeKeysOnlyCount: Rows with From (inclusive), To
@@ -73,5 +74,35 @@ func TestClientRangeKeysOnlyCount(t *testing.T) {
 	}
 	if _, _, err := f.cl.Count(ctx(t), "nope", client.CountOptions{}); !client.IsCode(err, client.CodeTableNotFound) {
 		t.Fatalf("Count of a missing table: %v, want table_not_found", err)
+	}
+}
+
+// TestClientRowsByteBudget: with a page byte budget of 2500 bytes, the
+// daemon ends pages of 1000-byte values after two rows (and sends a 6000
+// byte value alone) with Kmaterialize-More, although the page size asked
+// is 1000 rows; Rows follows the pages and reads every row (the oracle).
+func TestClientRowsByteBudget(t *testing.T) {
+	f := newFixtureWith(t, false, "", "", func(c *serve.Config) { c.PageMaxBytes = 2500 })
+	o := map[string]string{}
+	var kv []string
+	for i := 0; i < 30; i++ {
+		v := strings.Repeat(fmt.Sprint(i%10), 1000)
+		if i == 11 {
+			v = strings.Repeat("L", 6000)
+		}
+		kv = append(kv, fmt.Sprintf("k%02d", i), v)
+	}
+	f.produce(t, o, kv...)
+	awaitReady(t, f.cl)
+	got := map[string]string{}
+	_, err := f.cl.Rows(ctx(t), "t", client.RowsOptions{PageSize: 1000}, func(r client.Row) error {
+		got[string(r.Key)] = string(r.Value)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(o, got); diff != "" {
+		t.Fatalf("Rows over pages of 2500 bytes (-oracle +got):\n%s", diff)
 	}
 }

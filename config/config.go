@@ -64,6 +64,11 @@ type Config struct {
 	// limit is set from. It is at least MemoryParts().Total (a file whose
 	// memory is less is refused); a file without memory gets that total.
 	Memory int64
+	// Large answers (docs/daemon.md "Large answers: paging, spooling and
+	// limits"): 0 means the daemon's default (serve.Config).
+	SpoolMaxBytes    int64
+	MaxHeavyRequests int
+	PageMaxBytes     int
 }
 
 // Kafka is the connection every table's replay uses.
@@ -141,7 +146,10 @@ type file struct {
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
 
 	// Memory is the daemon's memory (memory.go).
-	Memory string `yaml:"memory"`
+	Memory           string `yaml:"memory"`
+	SpoolMaxBytes    int64  `yaml:"spool_max_bytes"`
+	MaxHeavyRequests int    `yaml:"max_heavy_requests"`
+	PageMaxBytes     int    `yaml:"page_max_bytes"`
 }
 
 type fileSchemaRegistry struct {
@@ -414,6 +422,15 @@ func (p *parser) build(f *file) (*Config, error) {
 	if c.Socket == "" && c.DB != "" {
 		c.Socket = c.DB + ".sock"
 	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"spool_max_bytes", f.SpoolMaxBytes}, {"max_heavy_requests", int64(f.MaxHeavyRequests)}, {"page_max_bytes", int64(f.PageMaxBytes)}} {
+		if l.v < 0 {
+			return nil, p.errorf(p.line(l.name), l.name, "%d: want a positive number (or leave it out for the default)", l.v)
+		}
+	}
+	c.SpoolMaxBytes, c.MaxHeavyRequests, c.PageMaxBytes = f.SpoolMaxBytes, f.MaxHeavyRequests, f.PageMaxBytes
 	if f.SocketMode != "" {
 		m, err := ParseSocketMode(f.SocketMode)
 		if err != nil {

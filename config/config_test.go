@@ -145,6 +145,17 @@ func TestLoadDefaults(t *testing.T) {
 		c.MaxConcurrentRuns != 0 || c.RetryBackoffMax != 0 || c.ShutdownTimeout != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
+	if c.SpoolMaxBytes != 0 || c.MaxHeavyRequests != 0 || c.PageMaxBytes != 0 {
+		t.Fatalf("large-answer limits %d %d %d without the fields: want 0 (the daemon's defaults)", c.SpoolMaxBytes, c.MaxHeavyRequests, c.PageMaxBytes)
+	}
+	path = write(t, "db: t.db\nspool_max_bytes: 2147483648\nmax_heavy_requests: 4\npage_max_bytes: 65536\n", nil)
+	limits, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limits.SpoolMaxBytes != 2<<30 || limits.MaxHeavyRequests != 4 || limits.PageMaxBytes != 64<<10 {
+		t.Fatalf("large-answer limits %d %d %d, want 2147483648 4 65536", limits.SpoolMaxBytes, limits.MaxHeavyRequests, limits.PageMaxBytes)
+	}
 	want := materialize.Spec{Name: "b", Topic: "t", Fold: "latest", End: replay.EndHigh}
 	if diff := cmp.Diff(want, c.Tables[0].Spec); diff != "" {
 		t.Fatalf("table defaults (-want +got):\n%s", diff)
@@ -228,6 +239,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unset variable in read_token", "db: t.db\nlisten: 10.0.0.5:9466\nread_token: ${KM_READ_UNSET}\n", 3, []string{"read_token", "KM_READ_UNSET is not set"}},
 		{"unset variable", "db: t.db\nkafka:\n  properties:\n    sasl.username: ${KM_USER_UNSET}\n", 4,
 			[]string{"kafka.properties.sasl.username", "KM_USER_UNSET is not set"}},
+		{"negative spool_max_bytes", "db: t.db\nspool_max_bytes: -1\n", 2, []string{"spool_max_bytes", "positive"}},
+		{"negative page_max_bytes", "db: t.db\npage_max_bytes: -5\n", 2, []string{"page_max_bytes", "positive"}},
+		{"negative max_heavy_requests", "db: t.db\nmax_heavy_requests: -2\n", 2, []string{"max_heavy_requests", "positive"}},
 		{"empty", "", 0, []string{"empty"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -584,10 +584,14 @@ func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	return q, true
 }
 
+// errPageEnd ends a rows page's cursor walk.
+var errPageEnd = errors.New("page full")
+
 // getRows answers one page of rows as JSON lines, exactly as `scan --format
 // jsonl` prints them. The page is formatted in memory inside the read
-// transaction (at most MaxRowsLimit rows), so the status is decided before
-// its first byte and no slow client holds a transaction open.
+// transaction (at most limit rows and Config.PageMaxBytes of keys and
+// values, or a single larger row), so the status is decided before its
+// first byte and no slow client holds a transaction open.
 func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	table, ok := tableParam(w, r)
 	if !ok {
@@ -603,6 +607,7 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	var gen uint64
+	size := 0 // bytes of keys and values on the page
 	more, gone := false, false
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		gen = snap.Meta.Generation
@@ -611,12 +616,16 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}
 		n := 0
-		return snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
-			if n == q.limit {
+		err := snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
+			// The page ends at q.limit rows, or before the row that would
+			// take it past the byte budget (a first row larger than it
+			// comes alone).
+			if n == q.limit || (n > 0 && size+len(k)+len(v) > s.cfg.PageMaxBytes) {
 				more = true
-				return nil
+				return errPageEnd
 			}
 			n++
+			size += len(k) + len(v)
 			ks, err := snapshot.Text(k, k, "key", q.b64)
 			if err != nil {
 				return err
@@ -632,6 +641,10 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			buf.Write(snapshot.JSONLine(ks, vs))
 			return nil
 		})
+		if errors.Is(err, errPageEnd) {
+			return nil
+		}
+		return err
 	})
 	switch {
 	case errors.Is(err, snapshot.ErrNotUTF8):
@@ -651,63 +664,6 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf.Bytes())
-}
-
-// export streams the same document `kmaterialize export` writes, from one
-// read transaction. A key or value that is not UTF-8 (without
-// encoding=base64) fails it before the first byte; each chunk renews the
-// write deadline, so a stalled client cannot hold the transaction open for
-// longer than writeTimeout.
-func (s *Server) export(w http.ResponseWriter, r *http.Request) {
-	table, ok := tableParam(w, r)
-	if !ok {
-		return
-	}
-	if !checkParams(w, r, "encoding") {
-		return
-	}
-	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
-		return
-	}
-	db := s.database(w)
-	if db == nil {
-		return
-	}
-	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
-	err = db.ReadTable(table, func(snap *store.Snapshot) error {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(HeaderGeneration, strconv.FormatUint(snap.Meta.Generation, 10))
-		return snapshot.WriteSnapshot(snap, dw, snapshot.Options{Base64: b64})
-	})
-	switch {
-	case err == nil:
-	case dw.wrote:
-		// Too late for a status: end the response abruptly so that the
-		// client does not take a truncated document for a whole one.
-		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
-		panic(http.ErrAbortHandler)
-	case errors.Is(err, snapshot.ErrNotUTF8):
-		w.Header().Del(HeaderGeneration)
-		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
-	default:
-		w.Header().Del(HeaderGeneration)
-		s.readError(w, table, err)
-	}
-}
-
-// deadlineWriter renews the connection's write deadline before each write.
-type deadlineWriter struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	wrote bool
-}
-
-func (d *deadlineWriter) Write(b []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	d.wrote = true
-	return d.w.Write(b)
 }
 
 // rebuildResult is the body of POST .../rebuild?wait=1.

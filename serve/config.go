@@ -124,7 +124,33 @@ type Config struct {
 	// Stopping, if set, is called once when shutdown begins (the CLI tells
 	// systemd STOPPING=1).
 	Stopping func()
+	// Large answers (spool.go, heavy.go; docs/daemon.md "Large answers:
+	// paging, spooling and limits"). 0 means the default; negative is a
+	// *ConfigError.
+	//
+	// SpoolMaxBytes bounds the bytes of all answers spooled at once in
+	// DBPath + ".spool" (store.SpoolDir); an answer that would pass it is
+	// 503 spool_full before its first byte. Default DefaultSpoolMaxBytes.
+	SpoolMaxBytes int64
+	// MaxHeavyRequests is how many exports, diffs and counts read at once;
+	// one more is 503 busy with Retry-After. Default
+	// DefaultMaxHeavyRequests.
+	MaxHeavyRequests int
+	// PageMaxBytes is a rows page's budget in bytes of keys and values; a
+	// page ends before the row that would pass it (a larger row comes
+	// alone) with Kmaterialize-More: true. Default DefaultPageMaxBytes.
+	PageMaxBytes int
+	// InitialMmapSize is passed to store.Open (store.Options.InitialMmapSize):
+	// tests make it small so that commits must grow the mapping.
+	InitialMmapSize int
 }
+
+// Defaults of the large-answer limits (Config).
+const (
+	DefaultSpoolMaxBytes    int64 = 1 << 30
+	DefaultMaxHeavyRequests       = 2
+	DefaultPageMaxBytes           = 4 << 20
+)
 
 // DefaultSocketMode is the socket's mode when Config.SocketMode is 0.
 const DefaultSocketMode os.FileMode = 0o600
@@ -187,6 +213,9 @@ func validate(cfg Config) (settings, error) {
 	if err := checkListen(cfg); err != nil {
 		return s, err
 	}
+	if err := s.largeAnswerDefaults(); err != nil {
+		return s, err
+	}
 	tables, err := validateTables(cfg.Tables)
 	if err != nil {
 		return s, err
@@ -204,6 +233,29 @@ func validate(cfg Config) (settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// largeAnswerDefaults applies the defaults of the large-answer limits and
+// refuses negative ones.
+func (s *settings) largeAnswerDefaults() error {
+	switch {
+	case s.SpoolMaxBytes < 0:
+		return &ConfigError{Field: "spool_max_bytes", Value: strconv.FormatInt(s.SpoolMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (1 GiB)"}
+	case s.MaxHeavyRequests < 0:
+		return &ConfigError{Field: "max_heavy_requests", Value: strconv.Itoa(s.MaxHeavyRequests), Reason: "want 1 or more, 0 for the default (2)"}
+	case s.PageMaxBytes < 0:
+		return &ConfigError{Field: "page_max_bytes", Value: strconv.Itoa(s.PageMaxBytes), Reason: "want a number of bytes, 0 for the default (4 MiB)"}
+	}
+	if s.SpoolMaxBytes == 0 {
+		s.SpoolMaxBytes = DefaultSpoolMaxBytes
+	}
+	if s.MaxHeavyRequests == 0 {
+		s.MaxHeavyRequests = DefaultMaxHeavyRequests
+	}
+	if s.PageMaxBytes == 0 {
+		s.PageMaxBytes = DefaultPageMaxBytes
+	}
+	return nil
 }
 
 func lookupGroup(g string) (int, error) {

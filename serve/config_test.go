@@ -79,6 +79,10 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"repeated table", func(c *Config) { c.Tables = []Table{tbl("a", ""), tbl("a", "")} }, "tables[1].name"},
 		{"empty table name", func(c *Config) { c.Tables = []Table{tbl("", "")} }, "tables[0].name"},
 		{"no build", func(c *Config) { c.Tables = []Table{{Name: "a"}} }, "tables[0]"},
+		{"large-answer limits", func(c *Config) { c.SpoolMaxBytes, c.MaxHeavyRequests, c.PageMaxBytes = 1<<20, 1, 1 }, ""},
+		{"negative spool limit", func(c *Config) { c.SpoolMaxBytes = -1 }, "spool_max_bytes"},
+		{"negative heavy requests", func(c *Config) { c.MaxHeavyRequests = -1 }, "max_heavy_requests"},
+		{"negative page budget", func(c *Config) { c.PageMaxBytes = -1 }, "page_max_bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Config{DBPath: "/nonexistent/t.db"}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -46,6 +47,13 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
+	// A count reads its range in one transaction at disk speed (nothing
+	// waits for the client): only the heavy-request limit applies.
+	release, ok := s.heavySlot(w, fmt.Sprintf("count of table %q", table))
+	if !ok {
+		return
+	}
+	defer release()
 	var out countJSON
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		out.Generation = snap.Meta.Generation

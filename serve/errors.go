@@ -37,6 +37,8 @@ const (
 	codeTableBuildFailed = "table_build_failed" // 503: the first build failed (reason, next_retry)
 	codeRunPublishing    = "run_publishing"     // 409: a cancel of a run past its replay
 	codeNoRun            = "no_run"             // 404: a cancel with nothing queued or going
+	codeSpoolFull        = "spool_full"         // a spooled answer would pass spool_max_bytes (spool.go)
+	codeBusy             = "busy"               // max_heavy_requests are running (heavy.go)
 )
 
 // retryAfter is the Retry-After (seconds) of a 503 for a table not yet

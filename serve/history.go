@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,8 +51,9 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})
 }
 
-// diff streams the keys two generations of a table differ in as JSON lines
-// (store.DB.Diff): ?from=G&to=G&limit=N&encoding=base64. The
+// diff sends the keys two generations of a table differ in as JSON lines
+// (store.DB.Diff): ?from=G&to=G&limit=N&encoding=base64, spooled
+// (spool.go) and counted as a heavy request (heavy.go). The
 // X-Kmaterialize-Diff header says which generations were compared.
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	table, ok := tableParam(w, r)
@@ -69,29 +69,47 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
-	// The whole answer is built before the first byte: a key that is not
-	// UTF-8 (without base64) is an error response, not a cut stream.
-	var buf bytes.Buffer
+	release, ok := s.heavySlot(w, fmt.Sprintf("diff of table %q", table))
+	if !ok {
+		return
+	}
+	defer release()
+	// The whole answer is spooled, in Diff's one read transaction, before
+	// the first byte (spool.go): a key that is not UTF-8 (without base64)
+	// or an answer past spool_max_bytes is an error response, not a cut
+	// stream, and memory holds a line at a time.
+	sf, err := s.spool.create()
+	if err != nil {
+		s.readError(w, table, err)
+		return
+	}
+	defer sf.close()
 	rng, err := db.Diff(table, from, to, limit, func(c store.Change) error {
 		line, err := snapshot.DiffLine(c, b64)
 		if err != nil {
 			return err
 		}
-		buf.Write(line)
-		return nil
+		_, err = sf.Write(line)
+		return err
 	})
-	if errors.Is(err, snapshot.ErrNotUTF8) {
+	release()
+	switch {
+	case errors.Is(err, errSpoolFull):
+		s.spoolFullError(w, fmt.Sprintf("the diff of table %q", table))
+		return
+	case errors.Is(err, snapshot.ErrNotUTF8):
 		writeError(w, http.StatusBadRequest, codeNotUTF8, err.Error()+": ask with encoding=base64")
 		return
-	}
-	if err != nil {
+	case err != nil:
 		s.historyError(w, table, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Kmaterialize-Diff", fmt.Sprintf("%d..%d", rng.From, rng.To))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
+	if err := sf.send(w); err != nil {
+		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("diff aborted mid-response")
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // diffQuery is the query of GET .../diff.

@@ -56,6 +56,8 @@ type Server struct {
 	sched    gocron.Scheduler
 	jobs     map[string]gocron.Job
 	follows  map[string]*followState // followed tables' followers (follow.go)
+	spool    *spooler                // spooled answers (spool.go)
+	heavy    chan struct{}           // a slot per heavy request running (heavy.go)
 
 	// The run queue (queue.go), guarded by mu: runs waiting, oldest
 	// first, and how many go.
@@ -92,7 +94,8 @@ func New(cfg Config) (*Server, error) {
 		set.Socket = abs // the holder record must name it from anywhere
 	}
 	s := &Server{cfg: set, clock: clockwork.NewRealClock(), runs: map[string]*runState{}, tables: map[string]tableDef{},
-		retryWake: make(chan struct{}, 1)}
+		retryWake: make(chan struct{}, 1),
+		spool:     newSpooler(store.SpoolDir(set.DBPath), set.SpoolMaxBytes), heavy: make(chan struct{}, set.MaxHeavyRequests)}
 	for _, t := range set.tables {
 		s.tables[t.Name] = t
 	}
@@ -128,6 +131,7 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 
 	db, err := store.Open(s.cfg.DBPath, &store.Options{
 		LockTimeout: s.cfg.LockTimeout, Command: s.cfg.command, PageCheck: s.cfg.PageCheck, Socket: s.cfg.Socket,
+		InitialMmapSize: s.cfg.InitialMmapSize,
 	})
 	if err != nil {
 		return err

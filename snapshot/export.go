@@ -79,15 +79,72 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint of table %q: %w", table, err)
 	}
+	return writeDoc(s.Meta, cp, func(fn func(k, v []byte) error) error { return s.Rows(nil, 0, fn) }, bw, opts)
+}
+
+// PagedChunkBytes is how many bytes of rows WritePaged reads in each of its
+// read transactions.
+const PagedChunkBytes = 1 << 20
+
+// WritePaged writes the document of the generation p reads, as Write does,
+// from p's pages (store.Pager: a short read transaction per
+// PagedChunkBytes of rows), so that no read transaction lasts while w is
+// slow. cp is the table's checkpoint as read when p was made (in
+// NewPager's first function). A key or value that is not valid UTF-8
+// without Options.Base64 fails it before anything is written to w; so does
+// a *store.PagerStaleError met while checking; one met later is returned
+// after part of the document was written.
+func WritePaged(p *store.Pager, cp checkpoint.Checkpoint, w io.Writer, opts Options) error {
+	rows := func(fn func(k, v []byte) error) error {
+		// A page is copied out of its transaction before fn sees it: fn
+		// writes to w, which may block for as long as the client likes.
+		var after, buf []byte
+		var ends []int // ends[2i], ends[2i+1]: where row i's key and value end in buf
+		for {
+			buf, ends = buf[:0], ends[:0]
+			last, more, err := p.Page(store.Range{}, after, 0, PagedChunkBytes, func(k, v []byte) error {
+				buf = append(buf, k...)
+				ends = append(ends, len(buf))
+				buf = append(buf, v...)
+				ends = append(ends, len(buf))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			start := 0
+			for i := 0; i < len(ends); i += 2 {
+				if err := fn(buf[start:ends[i]], buf[ends[i]:ends[i+1]]); err != nil {
+					return err
+				}
+				start = ends[i+1]
+			}
+			if !more {
+				return nil
+			}
+			after = last
+		}
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := writeDoc(p.Meta, cp, rows, bw, opts); err != nil {
+		return fmt.Errorf("export table %q: %w", p.Meta.Name, err)
+	}
+	return bw.Flush()
+}
+
+// writeDoc writes the document of a table with metadata m and checkpoint
+// cp whose rows rows passes to its function, in key order, every time it
+// is called (once to check them, once to write them).
+func writeDoc(m store.TableMeta, cp checkpoint.Checkpoint, rows func(fn func(k, v []byte) error) error, bw *bufio.Writer, opts Options) error {
 	h := header{
-		Format: FormatVersion, Table: s.Meta.Name, Topic: s.Meta.Topic, Fold: s.Meta.Fold,
-		Params: s.Meta.Params, EndMark: cp.EndMark, Until: s.Meta.Until, Encoding: "utf-8",
+		Format: FormatVersion, Table: m.Name, Topic: m.Topic, Fold: m.Fold,
+		Params: m.Params, EndMark: cp.EndMark, Until: m.Until, Encoding: "utf-8",
 		Partitions:          cp.Partitions,
 		UpdatesSinceRebuild: cp.Updates,
 		Totals: map[string]int64{
-			"records_read":    s.Meta.Records,
-			"records_skipped": s.Meta.Skipped,
-			"keys":            s.Meta.Keys,
+			"records_read":    m.Records,
+			"records_skipped": m.Skipped,
+			"keys":            m.Keys,
 		},
 	}
 	if h.Params == nil {
@@ -96,7 +153,7 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	if h.Partitions == nil {
 		h.Partitions = []checkpoint.Partition{}
 	}
-	for k, v := range s.Meta.Extra {
+	for k, v := range m.Extra {
 		h.Totals[k] = v
 	}
 	if opts.Base64 {
@@ -105,9 +162,9 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	// A key or value that cannot be shown fails the export before its
 	// first byte: a half-written document on stdout would look
 	// complete to the next program in a pipe. The check reads the same
-	// snapshot the rows are then written from.
+	// state the rows are then written from.
 	if !opts.Base64 {
-		if err := s.Rows(nil, 0, func(k, v []byte) error {
+		if err := rows(func(k, v []byte) error {
 			if _, err := Text(k, k, "key", false); err != nil {
 				return err
 			}
@@ -125,7 +182,7 @@ func write(s *store.Snapshot, bw *bufio.Writer, opts Options) error {
 	bw.Write(hb[:len(hb)-2])
 	io.WriteString(bw, ",\n  \"rows\": {")
 	n := 0
-	err = s.Rows(nil, 0, func(k, v []byte) error {
+	err = rows(func(k, v []byte) error {
 		ks, err := Text(k, k, "key", opts.Base64)
 		if err != nil {
 			return err

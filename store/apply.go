@@ -65,7 +65,13 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 	}
 	var a arena // bbolt refers to the values until the commit
 	defer a.free()
-	var inner error // fn's, meta's or hook's error, returned as is (wrapped once)
+	var inner error  // fn's, meta's or hook's error, returned as is (wrapped once)
+	writing := false // pins.begin called: pins.end once Update is over
+	defer func() {
+		if writing {
+			db.pins.end(gen)
+		}
+	}()
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		st = ApplyStats{}
 		m, rows, err := db.lookup(tx, table)
@@ -74,6 +80,12 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		}
 		if m.Generation != gen {
 			return &GenerationChangedError{Table: table, Expected: gen, Published: m.Generation}
+		}
+		if !writing {
+			// Before the commit, and again once the transaction is over:
+			// see pinSet.begin.
+			db.pins.begin(gen)
+			writing = true
 		}
 		gb := tx.Bucket(BucketGenerations).Bucket(GenerationKey(gen))
 		index := gb.Bucket(BucketIndex)

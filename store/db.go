@@ -58,6 +58,12 @@ type Options struct {
 	// written into the holder record (Holder.Socket) so that a busy message
 	// names it and CLI commands can find the daemon. Empty for commands.
 	Socket string
+	// InitialMmapSize is the address space a read-write Open maps up
+	// front, in bytes. 0 means 1 GiB (on 64-bit platforms). Tests set it
+	// small so that a commit must grow the mapping (bbolt's remap, which
+	// waits for every read transaction); a production caller has no reason
+	// to.
+	InitialMmapSize int
 
 	// pageWalk opens only to walk the pages (CheckPages): a read-only open
 	// that scans the pages for the freelist as a read-write open does, and
@@ -78,6 +84,7 @@ type DB struct {
 	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder
 	readTxs  readTxs // read transactions this package opened (readtx.go)
+	pins     pinSet  // generations pinned by Pagers (pager.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was
@@ -175,7 +182,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		// not disk): every time bbolt grows its mapping it must wait for
 		// readers and remap, which a fresh rebuild would otherwise do
 		// several times during its first commits.
-		InitialMmapSize: initialMmapSize(o.ReadOnly),
+		InitialMmapSize: initialMmapSize(o.ReadOnly, o.InitialMmapSize),
 		// Only used when bbolt creates the file.
 		PageSize:        PageSize,
 		PreLoadFreelist: o.pageWalk,
@@ -390,9 +397,10 @@ func (db *DB) FormatVersion() uint64 { return db.version }
 // read-only DB.
 func (db *DB) Cleaned() int { return db.cleaned }
 
-// CleanedFiles reports how many files a crashed rebuild or compaction left
-// beside the database (run files, a compaction's temporary file) the
-// read-write Open removed. Always 0 for a read-only DB.
+// CleanedFiles reports how many files a crashed rebuild, compaction or
+// daemon left beside the database (run files, a compaction's temporary
+// file, spool files) the read-write Open removed. Always 0 for a read-only
+// DB.
 func (db *DB) CleanedFiles() int { return db.files }
 
 // Close closes the file and releases its lock, removing the holder record
@@ -428,10 +436,16 @@ func (db *DB) Bolt() *bolt.DB { return db.bolt }
 // consistent with the tables (for example a table's checkpoint).
 func (db *DB) View(fn func(tx *bolt.Tx) error) error { return db.view(fn) }
 
-// initialMmapSize is 1 GiB for writers on 64-bit platforms, 0 (bbolt's
-// default) for read-only opens, which never grow the file.
-func initialMmapSize(readOnly bool) int {
-	if readOnly || strconv.IntSize < 64 {
+// initialMmapSize is 1 GiB for writers on 64-bit platforms (or what the
+// caller asked for), 0 (bbolt's default) for read-only opens, which never
+// grow the file.
+func initialMmapSize(readOnly bool, asked int) int {
+	switch {
+	case readOnly:
+		return 0
+	case asked > 0:
+		return asked
+	case strconv.IntSize < 64:
 		return 0
 	}
 	return 1 << 30

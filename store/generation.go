@@ -236,6 +236,18 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		return fmt.Errorf("publish generation %d of table %q as %q: %w", g.id, g.table, meta.Name, ErrInvalidName)
 	}
 	var hookErr, guardErr error
+	// deleted is the previous generation this publish deletes or retires
+	// (claimed: deletes); settled once the transaction is over, whatever
+	// its outcome.
+	var deleted uint64
+	claimed, committed := false, false
+	defer func() {
+		if deleted != 0 && g.db.pins.settle(deleted, claimed, committed) {
+			// Its Pagers let go before the publish ended. A failure here
+			// leaves it retired: the next read-write open removes it.
+			_ = g.db.dropRetired(deleted)
+		}
+	}()
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 		gb, rows, err := g.rowsBucket(tx)
 		if err != nil {
@@ -308,9 +320,16 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		// Dropping the old generation in the same transaction: a crash
 		// either keeps it published (no commit) or has it gone and
 		// unreferenced (commit). Never a table pointing at nothing.
+		// A generation a Pager reads is retired instead (pager.go): no
+		// table points at it either way, and the next read-write open
+		// removes a retired one a crash left.
 		if prev != 0 && prev != g.id && g.keep == 0 {
-			err := tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(prev))
-			if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+			deleted = prev
+			if claimed = g.db.pins.claim(prev); !claimed {
+				if err := retire(tx, prev); err != nil {
+					return fmt.Errorf("retire previous generation %d: %w", prev, err)
+				}
+			} else if err := tx.Bucket(BucketGenerations).DeleteBucket(GenerationKey(prev)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return fmt.Errorf("drop previous generation %d: %w", prev, err)
 			}
 			failpoint.Hit(failpoint.PublishDropOld) // a crash here leaves the old table and its generation whole (the deletion is uncommitted); the next open removes the new one
@@ -326,6 +345,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		}
 		return nil
 	})
+	committed = err == nil
 	if guardErr != nil {
 		return fmt.Errorf("publish generation %d of table %q refused: %w", g.id, g.table, guardErr)
 	}

@@ -30,6 +30,8 @@ import (
 // (see PageCheck).
 
 // view is bolt's View under guard.
+// Each one is tracked from before bbolt begins it to after it ends, for
+// OldestReadTx.
 func (db *DB) view(fn func(tx *bolt.Tx) error) error {
 	return guard(db.path, func() error { return db.boltView(fn) })
 }

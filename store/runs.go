@@ -348,19 +348,26 @@ func (db *DB) removeRunsDirIfEmpty() {
 // is using them. A FILE.runs that is not a directory is left alone.
 func cleanFiles(path string) (int, error) {
 	n := 0
-	dir := RunsDir(path)
-	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+	for _, d := range []struct{ dir, suffix, what string }{
+		{RunsDir(path), runSuffix, "run"},
+		{SpoolDir(path), SpoolSuffix, "spool"},
+	} {
+		dir := d.dir
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
 		ents, err := os.ReadDir(dir)
 		if err != nil {
-			return n, fmt.Errorf("remove leftover run files in %s: %w", dir, err)
+			return n, fmt.Errorf("remove leftover %s files in %s: %w", d.what, dir, err)
 		}
 		for _, e := range ents {
-			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), runSuffix) {
+			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), d.suffix) {
 				continue
 			}
 			p := dir + string(os.PathSeparator) + e.Name()
 			if err := os.Remove(p); err != nil {
-				return n, fmt.Errorf("remove leftover run file %s: %w", p, err)
+				return n, fmt.Errorf("remove leftover %s file %s: %w", d.what, p, err)
 			}
 			n++
 		}

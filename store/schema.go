@@ -104,6 +104,8 @@ var (
 //	FILE.runs/                    RunsDir: sorted runs of a rebuild's latest fold
 //	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runs.go)
 //	FILE.compact-<random>         CompactTempPrefix: a compaction's new file before its rename
+//	FILE.spool/                   SpoolDir: the daemon's spooled answers (package serve)
+//	    <random>.spool            SpoolSuffix: one answer, removed once sent
 //
 // RunsDir is created at a rebuild's first spill and removed when a rebuild
 // leaves it empty. A FILE.runs that is not a directory is not ours: a
@@ -121,6 +123,16 @@ func RunPath(path string, gen uint64, n int) string {
 // runSuffix ends every run file's name; Open removes the regular files in
 // RunsDir with it.
 const runSuffix = ".run"
+
+// SpoolDir is the directory where the daemon spools an answer it must read
+// in one transaction and send at the client's pace (package serve creates
+// it on demand). A read-write Open removes the regular files in it whose
+// name ends with SpoolSuffix (a killed daemon's leftovers), and the
+// directory once empty.
+func SpoolDir(path string) string { return path + ".spool" }
+
+// SpoolSuffix ends every spool file's name.
+const SpoolSuffix = ".spool"
 
 // CompactTempPrefix, after the database's file name, starts the name of
 // Compact's temporary file in the same directory.
@@ -152,6 +164,10 @@ const (
 	// metadata and checkpoint by a later publish (Generation.Keep) or a
 	// rollback; no table points at it.
 	StateKept = "kept"
+	// StateRetired: a generation a publish replaced while a Pager read it
+	// (pager.go); no table points at it, the last Pager deletes it, and
+	// the next read-write Open removes it if a crash came first.
+	StateRetired = "retired"
 )
 
 // setGenerationState records a generation's state, and its row count when

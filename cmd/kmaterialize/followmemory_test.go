@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,11 +111,10 @@ func TestFollowerMemoryBounded(t *testing.T) {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		status := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if anon, ok := rssAnon(status); ok {
+			if anon, err := rssAnon(p.cmd.Process.Pid); err == nil {
 				mu.Lock()
 				peak, samples = max(peak, anon), samples+1
 				mu.Unlock()
@@ -183,25 +181,6 @@ func checkpointEnd(t *testing.T, cl *http.Client, table string) int64 {
 		}
 	}
 	return -1
-}
-
-// rssAnon reads RssAnon from a /proc/PID/status file, in bytes.
-func rssAnon(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				return 0, false
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
 }
 
 // TestServeMemoryCovers: serve --check-config prints the daemon's memory

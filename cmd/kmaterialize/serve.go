@@ -241,6 +241,7 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 				log.Warn().Err(err).Msg("could not tell systemd that the daemon is stopping (NOTIFY_SOCKET)")
 			}
 		},
+		SpoolMaxBytes: cfg.SpoolMaxBytes, MaxHeavyRequests: cfg.MaxHeavyRequests, PageMaxBytes: cfg.PageMaxBytes,
 	}
 }
 
