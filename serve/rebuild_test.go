@@ -141,7 +141,15 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 		t.Fatalf("page pinned to the gone generation: %d %s, want 409 generation_gone", r.status, r.body)
 	}
 
-	// wait=1 runs one more rebuild to its end.
+	// wait=1 runs one more rebuild to its end, once the first run has
+	// ended: its publish is visible a moment before the run is recorded as
+	// ended, and a POST in between is (rightly) 409 run_in_progress.
+	for end := time.Now().Add(30 * time.Second); c.table(t, "t").Run != nil; {
+		if time.Now().After(end) {
+			t.Fatal("the first run never ended after its publish")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	r = c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
 	var res rebuildResult
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &res) != nil || res.ExitCode != 0 || res.Error != nil || res.Generation == nil || *res.Generation <= gen2 {
