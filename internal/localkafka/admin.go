@@ -114,7 +114,10 @@ func (b *Broker) TestTopic(t TB, topic string, partitions int32, configs map[str
 	})
 }
 
-// DeleteTopic deletes topic; a topic that is already gone is no error.
+// DeleteTopic deletes topic and waits until metadata no longer lists it
+// (Kafka deletes asynchronously; a topic created again under the name
+// before that fails with TOPIC_ALREADY_EXISTS). A topic that is already
+// gone is no error.
 func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	adm, done, err := b.admin()
 	if err != nil {
@@ -128,7 +131,19 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return fmt.Errorf("delete topic %s: %w", topic, err)
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	for {
+		_, exists, err := b.TopicID(ctx, topic)
+		if err == nil && !exists {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("delete topic %s: still listed (last error %v): %w", topic, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // DeleteRecords deletes partition's records below offset (DeleteRecords:
