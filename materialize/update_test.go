@@ -23,7 +23,9 @@ import (
 // records a later capture, and ends where the topic ends.
 func TestUpdateKeepsDefinition(t *testing.T) {
 	topic := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
-	broker.TestTopic(t, topic, 2, nil)
+	if err := broker.CreateTopic(topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	put := func(n int) {
 		var recs []localkafka.Record
