@@ -363,7 +363,7 @@ func TestFollowRefusesRecreatedTopicRecords(t *testing.T) {
 				t.Fatalf("before: (-oracle +table):\n%s", cmp.Diff(oracle, got))
 			}
 			was, now := recreateWithGap(t, r.topic, c.gap, randomRecords(rng, 1, 60, "b"))
-			if id := topicID(t, r.topic); id != now || id == was {
+			if id := broker.Cluster.TopicInfo(r.topic).TopicID; id != now || id == was {
 				t.Fatalf("topic ID %x after the recreate, want %x (was %x)", id, now, was)
 			}
 			err := r.awaitStop()
