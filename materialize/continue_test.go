@@ -295,6 +295,94 @@ func recreate(t *testing.T, topic string, parts int32) (before, after [16]byte) 
 	return before, after
 }
 
+// recreateWithGap is recreate on kfake with gap between the delete and
+// the create, and between the create and produce's records (nil: none):
+// the window a real broker's asynchronous deletion opens, in which a
+// follower can see the topic missing, or fetch the new topic's records at
+// its old positions before its next refresh. The gap is the injected
+// condition (a delay, not a wait for something).
+func recreateWithGap(t *testing.T, topic string, gap time.Duration, produce []localkafka.Record) (before, after [16]byte) {
+	t.Helper()
+	before = broker.Cluster.TopicInfo(topic).TopicID
+	if err := broker.Cluster.DeleteTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(gap)
+	if err := broker.Cluster.CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	after = broker.Cluster.TopicInfo(topic).TopicID
+	if before == after || after == ([16]byte{}) {
+		t.Fatalf("topic ID %x, then %x: not recreated", before, after)
+	}
+	time.Sleep(gap)
+	if _, err := broker.Produce(context.Background(), topic, produce); err != nil {
+		t.Fatal(err)
+	}
+	return before, after
+}
+
+// TestFollowRefusesRecreatedTopicRecords: a topic followed is deleted and
+// created again with more records than before, in one instant and with a
+// gap between the delete, the create and the records: the follower either
+// refuses naming both topic IDs, or stops on the deleted topic; in every
+// case the table's rows are the old topic's records' fold (the oracle),
+// never one of the new topic's, though the new topic's records at and past
+// the follower's position were fetchable before its next refresh.
+func TestFollowRefusesRecreatedTopicRecords(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		gap  time.Duration
+		// started: the recreate waits for the follower's first
+		// refresh (a running reader); otherwise it may meet the
+		// follower's start (its marks, ID and configuration read
+		// across the recreate).
+		started bool
+	}{
+		{"instant", 0, true},
+		{"with a gap", 20 * time.Millisecond, true},
+		{"instant at the start", 0, false},
+		{"with a gap at the start", 20 * time.Millisecond, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := testRand(t)
+			r := newFollowRig(t, 1, materialize.Spec{Name: "re"})
+			r.produce(randomRecords(rng, 1, 30, "a"))
+			r.rebuild()
+			r.follow()
+			r.awaitEnds(r.highs(1))
+			// Following: past its start's checks (its first refresh came
+			// after them), so the recreate happens under a running reader.
+			for deadline := time.Now().Add(60 * time.Second); c.started && !r.status.Snapshot().Refreshed; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the follower did not refresh its live marks")
+				}
+			}
+			oracle := r.latestOracle()
+			if got := r.rows(); !cmp.Equal(got, oracle) {
+				t.Fatalf("before: (-oracle +table):\n%s", cmp.Diff(oracle, got))
+			}
+			was, now := recreateWithGap(t, r.topic, c.gap, randomRecords(rng, 1, 60, "b"))
+			if id := broker.Cluster.TopicInfo(r.topic).TopicID; id != now || id == was {
+				t.Fatalf("topic ID %x after the recreate, want %x (was %x)", id, now, was)
+			}
+			err := r.awaitStop()
+			var se *materialize.StaleCheckpointError
+			switch {
+			case errors.As(err, &se):
+				staleFollow(t, err, materialize.OpFollow,
+					fmt.Sprintf("topic %s was recreated: id %s, now %s", r.topic, idString(was), idString(now)))
+			case errors.Is(err, replay.ErrTopicNotFound):
+			default:
+				t.Fatalf("follower stopped with %v: want the recreation named, or the topic deleted", err)
+			}
+			if got := r.rows(); !cmp.Equal(got, oracle) {
+				t.Fatalf("the table took records of the new topic (-old topic's oracle +table):\n%s", cmp.Diff(oracle, got))
+			}
+		})
+	}
+}
+
 // idString is an ID as Kafka's tools (and the error messages) write it.
 func idString(id [16]byte) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
 

@@ -424,7 +424,10 @@ func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
 // follower starts again); one denied is a stale checkpoint, as for an
 // update.
 func (a *applier) checkStart(plan replay.Plan) error {
-	if tc := plan.TopicConfig; configOutage(tc) {
+	// A topic missing when its configuration is read was deleted after
+	// its marks were: that (the deleted topic), not a configuration that
+	// cannot be read.
+	if tc := plan.TopicConfig; configOutage(tc) || (tc != nil && errors.Is(tc.Err, replay.ErrTopicNotFound)) {
 		return fmt.Errorf("read the topic's configuration: %w", tc.Err)
 	}
 	if err := checkContinues(OpFollow, a.table, a.cp, plan, time.Now()); err != nil {
@@ -565,6 +568,17 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 			decoded[i].Records = out
 		}
 		batches, skipped = decoded, a.dec.Skipped()-before
+	}
+	// A batch fetched after the topic was recreated holds the new log's
+	// records at the old positions (the refresh may not have seen it
+	// yet): refused before the transaction, so nothing of it is applied.
+	a.liveMu.Lock()
+	known := recordedID(a.cp.TopicID, a.topicID)
+	a.liveMu.Unlock()
+	for _, b := range batches {
+		if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, b.TopicID); err != nil {
+			return err
+		}
 	}
 	last := batches[len(batches)-1]
 	lows := map[int32]int64{}

@@ -148,6 +148,12 @@ type FollowBatch struct {
 	// stable offset: some position is where the reading stood, possibly
 	// inside a transaction.
 	Unstable bool
+	// TopicID is the topic's ID as metadata reported it after the
+	// batch's records were fetched (zero: unknown). One other than the
+	// start's (Plan.TopicID) means the topic was deleted and created
+	// again: the batch may hold the new topic's records, and must not be
+	// applied.
+	TopicID TopicID
 	// Held counts the read rounds since the last batch that would have
 	// ended one (records BatchRecords, the client's queue drained, the
 	// Interval passed) but ended with records held past the last stable
@@ -188,6 +194,13 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	plan, err := capture(ctx, cl, c.Config)
 	if err != nil {
 		return err
+	}
+	// The ID is read again after the marks: a topic recreated between
+	// capture's metadata and its ListOffsets has the old ID and the new
+	// log's marks (a checkpoint then past a high watermark of 0), and is
+	// named by Check as recreated, with the ID its marks are of.
+	if _, id, err := describeTopic(ctx, cl.admin, c.Topic, min(c.StallTimeout, 5*time.Second)); err == nil && !id.IsZero() {
+		plan.TopicID = id
 	}
 	if c.Check != nil {
 		// Before anything is assigned: a checkpoint the topic no longer
@@ -556,11 +569,26 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 		if dirty = left > 0; dirty {
 			since = time.Now()
 		}
+		// The records were fetched by name, and a topic deleted and
+		// created again under it (KIP-516: another topic ID) is fetched
+		// from at the same positions before the next refresh notices:
+		// the client names no topic ID per record. So the ID is read
+		// again after the fetch and before the sink applies anything
+		// (one metadata request a batch): a record of a new topic was
+		// fetched only if this read sees another ID, or none.
+		parts, id, err := describeTopic(ctx, f.cl.admin, f.c.Topic, f.timeout())
+		if err != nil && len(parts) == 0 {
+			return err
+		}
+		b.TopicID = id
 		if err := sink(b); err != nil {
 			return err
 		}
 	}
 }
+
+// timeout bounds the follower's own metadata requests, as the refresh's.
+func (f *follower) timeout() time.Duration { return min(f.c.StallTimeout, 5*time.Second) }
 
 // takeLSOs notes the last stable offsets the refresh read.
 func (f *follower) takeLSOs() {
