@@ -41,18 +41,19 @@ func (r *followRig) onTopic(topic string) *followRig {
 func compactedTopic(t *testing.T, ms string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
-	if err := broker.CreateTopic(name, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": ms}); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, name, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": ms})
 	return name
 }
 
 // awaitGone compacts topic until its partition 0 no longer holds a record
 // at off, read by an independent client up to the high watermark. kfake
 // removes a tombstone once delete.retention.ms has passed since its
-// timestamp, and never compacts the last batch.
+// timestamp, and never compacts the last batch. It is kfake-only: Kafka's
+// log cleaner needs the segment roll and delete-horizon procedure of its
+// own test.
 func awaitGone(t *testing.T, topic string, off int64) {
 	t.Helper()
+	localkafka.KfakeOnly(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		broker.Cluster.Compact()
@@ -272,7 +273,7 @@ func TestFollowBehindLongerThanRetention(t *testing.T) {
 	if age := stopped.Sub(cp.CapturedAt); age <= retention {
 		t.Fatalf("stopped with a checkpoint captured %s before, within the retention %s", age, retention)
 	}
-	if high := broker.Cluster.PartitionInfo(r.topic, 0).HighWatermark; cp.Partitions[0].End >= high {
+	if high := marksOf(t, r.topic)[0].High; cp.Partitions[0].End >= high {
 		t.Fatalf("checkpoint end %d, high watermark %d: the follower was not behind", cp.Partitions[0].End, high)
 	}
 }
@@ -281,14 +282,29 @@ func TestFollowBehindLongerThanRetention(t *testing.T) {
 // returns its IDs before and after, asserting they differ.
 func recreate(t *testing.T, topic string, parts int32) (before, after [16]byte) {
 	t.Helper()
-	before = broker.Cluster.TopicInfo(topic).TopicID
-	if err := broker.Cluster.DeleteTopic(topic); err != nil {
-		t.Fatal(err)
+	if broker.Real() {
+		before = topicID(t, topic)
+		// Kafka deletes asynchronously: the topic is awaited gone, then
+		// created again. A follower can see it missing meanwhile (and,
+		// see TestFollowRecreatedTopic, the new topic's records before
+		// its next refresh); kfake deletes and creates in one instant.
+		if err := broker.DeleteTopic(context.Background(), topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := broker.CreateTopic(topic, parts, nil); err != nil {
+			t.Fatal(err)
+		}
+		after = topicID(t, topic)
+	} else {
+		before = broker.Cluster.TopicInfo(topic).TopicID
+		if err := broker.Cluster.DeleteTopic(topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := broker.Cluster.CreateTopic(topic, parts, nil); err != nil {
+			t.Fatal(err)
+		}
+		after = broker.Cluster.TopicInfo(topic).TopicID
 	}
-	if err := broker.CreateTopic(topic, parts, nil); err != nil {
-		t.Fatal(err)
-	}
-	after = broker.Cluster.TopicInfo(topic).TopicID
 	if before == after || after == ([16]byte{}) {
 		t.Fatalf("topic ID %x, then %x: not recreated", before, after)
 	}
@@ -402,7 +418,7 @@ func TestFollowRecreatedTopic(t *testing.T) {
 				r.follow()
 				r.awaitEnds(r.highs(1))
 			}
-			if cp, id := loadCheckpoint(t, r.db, "re"), broker.Cluster.TopicInfo(r.topic).TopicID; cp.TopicID != id {
+			if cp, id := loadCheckpoint(t, r.db, "re"), topicID(t, r.topic); cp.TopicID != id {
 				t.Fatalf("checkpoint topic ID %x, the topic's %x", cp.TopicID, id)
 			}
 			before := r.rows()
@@ -429,7 +445,7 @@ func TestTopicIDRecordedAtNextPublish(t *testing.T) {
 	r := newFollowRig(t, 1, materialize.Spec{Name: "ids"})
 	r.produce([]localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}})
 	r.rebuild()
-	id := broker.Cluster.TopicInfo(r.topic).TopicID
+	id := topicID(t, r.topic)
 	forget := func() {
 		t.Helper()
 		cp := loadCheckpoint(t, r.db, "ids")
@@ -482,10 +498,10 @@ func TestCatchUpRefusesRemovedRecords(t *testing.T) {
 		end = r.highs(1)[0]
 		r.produce(randomRecords(rng, 1, 30, "c"))
 		low = end + 10
-		if err := broker.Cluster.DeleteRecords(r.topic, 0, low); err != nil {
+		if err := broker.DeleteRecords(context.Background(), r.topic, 0, low); err != nil {
 			return nil, err
 		}
-		if got := broker.Cluster.PartitionInfo(r.topic, 0).LogStartOffset; got != low {
+		if got := marksOf(t, r.topic)[0].Low; got != low {
 			t.Errorf("log start %d after DeleteRecords to %d", got, low)
 		}
 		return r.highs(1), nil

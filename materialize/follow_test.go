@@ -148,7 +148,7 @@ func (r *followRig) ends() map[int32]int64 {
 func (r *followRig) highs(parts int32) map[int32]int64 {
 	out := map[int32]int64{}
 	for p := int32(0); p < parts; p++ {
-		out[p] = broker.Cluster.PartitionInfo(r.topic, p).HighWatermark
+		out[p] = marksOf(r.t, r.topic)[p].High
 	}
 	return out
 }
@@ -527,7 +527,7 @@ func TestFollowCheckpointBelowLow(t *testing.T) {
 	cp := r.ends()
 	r.produce([]localkafka.Record{{Partition: 1, Key: []byte("k1"), Value: []byte("1")}, {Partition: 1, Key: []byte("k2"), Value: []byte("2")}})
 	low := cp[1] + 1
-	if err := broker.Cluster.DeleteRecords(r.topic, 1, low); err != nil {
+	if err := broker.DeleteRecords(context.Background(), r.topic, 1, low); err != nil {
 		t.Fatal(err)
 	}
 	before := r.rows()
@@ -663,7 +663,7 @@ func TestFollowAddedPartitions(t *testing.T) {
 		t.Fatalf("checkpoint %+v: want 4 partitions", cp.Partitions)
 	}
 	for _, p := range cp.Partitions[2:] {
-		low := broker.Cluster.PartitionInfo(r.topic, p.Partition).LogStartOffset
+		low := marksOf(t, r.topic)[p.Partition].Low
 		if p.Low != low || p.Start != low {
 			t.Fatalf("added partition %+v: want low and start %d (the broker's log start)", p, low)
 		}

@@ -26,14 +26,33 @@ import (
 var topicSeq atomic.Int64
 
 // uniqueTopic creates a topic whose name is new on every run, so the tests
-// repeat with -count.
+// repeat with -count, and deletes it (on a real Kafka) when the test ends.
 func uniqueTopic(t *testing.T, partitions int32) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
-	if err := broker.CreateTopic(name, partitions, nil); err != nil {
+	broker.TestTopic(t, name, partitions, nil)
+	return name
+}
+
+// marksOf is each partition's marks of topic as the broker answers
+// ListOffsets (on kfake and on Kafka alike).
+func marksOf(t testing.TB, topic string) map[int32]localkafka.Marks {
+	t.Helper()
+	m, err := broker.Marks(context.Background(), topic)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return m
+}
+
+// topicID is topic's ID as metadata reports it; the topic must exist.
+func topicID(t testing.TB, topic string) [16]byte {
+	t.Helper()
+	id, exists, err := broker.TopicID(context.Background(), topic)
+	if err != nil || !exists {
+		t.Fatalf("topic %s: exists %v, err %v", topic, exists, err)
+	}
+	return id
 }
 
 type guardRig struct {

@@ -123,9 +123,9 @@ func TestLatestRebuildAgainstOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range cp.Partitions {
-		info := broker.Cluster.PartitionInfo(topic, p.Partition)
-		if p.High != info.HighWatermark || p.End != p.High || p.Start != 0 {
-			t.Fatalf("checkpoint %+v, broker high watermark %d", p, info.HighWatermark)
+		hw := marksOf(t, topic)[p.Partition].High
+		if p.High != hw || p.End != p.High || p.Start != 0 {
+			t.Fatalf("checkpoint %+v, broker high watermark %d", p, hw)
 		}
 	}
 }

@@ -189,9 +189,7 @@ func TestSpecRebuildAgainstOracle(t *testing.T) {
 // ErrNoSpec.
 func TestSpecStored(t *testing.T) {
 	topic := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
-	if err := broker.CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, 1, nil)
 	if _, err := broker.Produce(context.Background(), topic, []localkafka.Record{
 		{Key: []byte("k"), Value: []byte(`{"id":"1","g":"a"}`)}}); err != nil {
 		t.Fatal(err)

@@ -23,9 +23,7 @@ import (
 // records a later capture, and ends where the topic ends.
 func TestUpdateKeepsDefinition(t *testing.T) {
 	topic := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
-	if err := broker.CreateTopic(topic, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, 2, nil)
 	ctx := context.Background()
 	put := func(n int) {
 		var recs []localkafka.Record

@@ -150,6 +150,12 @@ func load(t *testing.T, name string) *scenario.Scenario {
 	own := fmt.Sprintf("%s-%d-%s", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), topicSeq.Add(1), s.Topic)
 	s.Expected.Error = strings.ReplaceAll(s.Expected.Error, s.Topic, own)
 	s.Topic = own
+	// Build creates the topic; a real Kafka would keep it.
+	t.Cleanup(func() {
+		if err := broker.DeleteTopic(context.Background(), own); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
 	return s
 }
 

@@ -30,13 +30,11 @@ import (
 var topicSeq atomic.Int64
 
 // uniqueTopic creates a topic on b named after the test, unique per run so
-// that -count=N repeats.
+// that -count=N repeats, and deletes it when the test ends.
 func uniqueTopic(t *testing.T, b *localkafka.Broker, partitions int32) string {
 	t.Helper()
 	topic := fmt.Sprintf("%s-%d-%s", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), topicSeq.Add(1), randomHex(3))
-	if err := b.CreateTopic(topic, partitions, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.TestTopic(t, topic, partitions, nil)
 	return topic
 }
 
@@ -151,6 +149,7 @@ func await(t *testing.T, out <-chan outcome) outcome {
 // TestFaultRetriableFetch: NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH
 // on Fetch are retried by the client: every record exactly once.
 func TestFaultRetriableFetch(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	want := produceEach(t, broker, topic, 2, 60)
 	h := broker.Cluster.Fault(
@@ -196,6 +195,7 @@ func listOffsetsFault(topic string, ts int64, iso int8, code *kerr.Error) kfake.
 // UNKNOWN_TOPIC_OR_PARTITION for a topic metadata still lists, are retried:
 // the replay reads exactly the records at or after the timestamp.
 func TestFaultRetriableListOffsets(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	now := time.Now()
 	produceEachAt(t, broker, topic, 2, 20, now.Add(-time.Hour))
@@ -239,6 +239,7 @@ func TestFaultRetriableListOffsets(t *testing.T) {
 // topic's metadata is retried; a persistent one is ErrUnavailable after the
 // stall timeout, with a message that says what failed and for how long.
 func TestFaultMetadataLeaderNotAvailable(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	want := produceEach(t, broker, topic, 2, 10)
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Err: kerr.LeaderNotAvailable, Count: 1})
@@ -276,6 +277,7 @@ func TestFaultMetadataLeaderNotAvailable(t *testing.T) {
 // in the middle of a partition; the client reconnects and the replay
 // delivers every record exactly once.
 func TestDroppedConnectionMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	want := produceEach(t, broker, topic, 2, 100)
 	var dropped atomic.Int64
@@ -313,6 +315,7 @@ func ownBroker(t *testing.T, opts ...kfake.Opt) *localkafka.Broker {
 // the middle of a partition: ErrUnavailable naming the broker, never an
 // open-transaction stall with an LSO of -1001.
 func TestBrokerStoppedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	b := ownBroker(t)
 	topic := uniqueTopic(t, b, 2)
 	produceEach(t, b, topic, 2, 60)
@@ -343,6 +346,7 @@ func TestBrokerStoppedMidRead(t *testing.T) {
 // replay either completes with exactly the records produced, or fails with
 // ErrUnavailable; never anything else.
 func TestBrokerRestartedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	dir := t.TempDir()
 	b := ownBroker(t, kfake.DataDir(dir))
 	topic := uniqueTopic(t, b, 2)
@@ -384,6 +388,7 @@ func splitPort(addr string) (string, int, error) {
 // TestTopicDeletedMidRead: the topic is deleted while the replay is in the
 // middle of a partition: ErrTopicNotFound with ErrTopicDeleted, not a stall.
 func TestTopicDeletedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	produceEach(t, broker, topic, 2, 60)
 	p := parkFetch(t, broker, topic, 5)
@@ -406,6 +411,7 @@ func TestTopicDeletedMidRead(t *testing.T) {
 // not read (their records are not in the result), the captured ones are
 // read exactly, and a warning names the new partitions.
 func TestPartitionsAddedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := uniqueTopic(t, broker, 2)
 	want := produceEach(t, broker, topic, 2, 40)
 	p := parkFetch(t, broker, topic, 5)
@@ -478,6 +484,7 @@ func TestPartitionSet(t *testing.T) {
 // TestMissingTopicNotRetried: a topic that metadata says does not exist
 // fails at once (one metadata request for it), not after the retry budget.
 func TestMissingTopicNotRetried(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := fmt.Sprintf("no-such-topic-%d-%s", topicSeq.Add(1), randomHex(3))
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Observe: true, Count: -1})
 	defer h.Remove()

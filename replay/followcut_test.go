@@ -134,15 +134,23 @@ func followCutScenario(t *testing.T, ctx context.Context) error {
 	// The condition: T1 committed, T2 open from inside T1's records, so
 	// the LSO stands among T1's records.
 	lso := inside[0]
-	if info := broker.Cluster.PartitionInfo(topic, 0); info.LastStableOffset != lso || a[len(a)-1] >= lso || b[0] <= lso {
+	marks, err := broker.Marks(ctx, topic)
+	if err != nil {
 		t2.End(ctx, false)
-		t.Fatalf("LSO %d after T1's commit, want T2's first offset %d between T1's %d and %d", info.LastStableOffset, lso, a[len(a)-1], b[0])
+		t.Fatal(err)
+	}
+	if m := marks[0]; m.LSO != lso || a[len(a)-1] >= lso || b[0] <= lso {
+		t2.End(ctx, false)
+		t.Fatalf("LSO %d after T1's commit, want T2's first offset %d between T1's %d and %d", m.LSO, lso, a[len(a)-1], b[0])
 	}
 	log.await(t, lso, done)
 	if err := t2.End(ctx, true); err != nil {
 		return err
 	}
-	end := broker.Cluster.PartitionInfo(topic, 0).HighWatermark
+	if marks, err = broker.Marks(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	end := marks[0].High
 	log.await(t, end, done)
 	for _, offs := range [][]int64{a, inside, b} {
 		want = append(want, offs...)

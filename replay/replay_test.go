@@ -140,7 +140,7 @@ func TestFromOffsets(t *testing.T) {
 		in = append(in, kv(int32(i%3), fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)))
 	}
 	all := produce(t, topic, in)
-	if err := broker.Cluster.DeleteRecords(topic, 1, 1); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	c := cfg(t, topic)
@@ -257,10 +257,13 @@ func TestTransactionsCommitMarkerLastAndAborted(t *testing.T) {
 	if diff := cmp.Diff(sortRecs(want), got); diff != "" {
 		t.Fatalf("records (-want +got):\n%s", diff)
 	}
+	marks, err := broker.Marks(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range res.Plan.Partitions {
-		info := broker.Cluster.PartitionInfo(topic, p.Partition)
-		if p.End != info.HighWatermark {
-			t.Fatalf("partition %d ended at %d, high watermark %d", p.Partition, p.End, info.HighWatermark)
+		if hw := marks[p.Partition].High; p.End != hw {
+			t.Fatalf("partition %d ended at %d, high watermark %d", p.Partition, p.End, hw)
 		}
 		if last := offs[p.Partition]; p.End <= last+1 {
 			t.Fatalf("partition %d: high %d should be past the commit marker after %d", p.Partition, p.End, last)
@@ -372,7 +375,7 @@ func TestRetainedLowAboveZero(t *testing.T) {
 		in = append(in, kv(0, fmt.Sprintf("k%d", i), "v"))
 	}
 	all := produce(t, topic, in)
-	if err := broker.Cluster.DeleteRecords(topic, 0, 4); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 0, 4); err != nil {
 		t.Fatal(err)
 	}
 	got, res, err := collect(t, cfg(t, topic))
@@ -412,7 +415,7 @@ func TestRecordsDeletedUnderTheReplay(t *testing.T) {
 	res, err := Run(context.Background(), c, func(b []fold.Record) error {
 		if !deleted && b[0].Offset >= 10 {
 			deleted = true
-			if err := broker.Cluster.DeleteRecords(topic, 0, 900); err != nil {
+			if err := broker.DeleteRecords(context.Background(), topic, 0, 900); err != nil {
 				return err
 			}
 		}
@@ -428,12 +431,13 @@ func TestRecordsDeletedUnderTheReplay(t *testing.T) {
 }
 
 func TestMissingTopic(t *testing.T) {
-	_, _, err := collect(t, cfg(t, "no-such-topic"))
+	topic := fmt.Sprintf("no-such-topic-%d-%s", topicSeq.Add(1), randomHex(3))
+	_, _, err := collect(t, cfg(t, topic))
 	if !errors.Is(err, ErrTopicNotFound) {
 		t.Fatalf("err = %v, want ErrTopicNotFound", err)
 	}
-	if broker.Cluster.TopicInfo("no-such-topic") != nil {
-		t.Fatal("the replay created the topic")
+	if _, exists, err := broker.TopicID(context.Background(), topic); err != nil || exists {
+		t.Fatalf("the replay created the topic (exists %v, err %v)", exists, err)
 	}
 }
 
@@ -453,11 +457,13 @@ func TestUnreachableBroker(t *testing.T) {
 	}
 }
 
+// TestCompactionGaps compacts on demand (kfake's Compact); Kafka's log
+// cleaner never touches the active segment, so on the real broker the
+// compaction needs its own test.
 func TestCompactionGaps(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := fmt.Sprintf("%s-%d-%s", t.Name(), topicSeq.Add(1), randomHex(3))
-	if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, 1, map[string]string{"cleanup.policy": "compact"})
 	var all []rec
 	for i := 0; i < 5; i++ {
 		all = append(all, produce(t, topic, []localkafka.Record{kv(0, "a", fmt.Sprint(i)), kv(0, fmt.Sprintf("u%d", i), "x")})...)
@@ -490,17 +496,88 @@ func TestCompactionGaps(t *testing.T) {
 func TestInspect(t *testing.T) {
 	topic := newTopic(t, 2)
 	produce(t, topic, []localkafka.Record{kv(0, "a", "1"), kv(0, "b", "1"), kv(1, "c", "1")})
-	if err := broker.Cluster.DeleteRecords(topic, 0, 1); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	plan, err := Inspect(context.Background(), cfg(t, topic))
 	if err != nil {
 		t.Fatal(err)
 	}
+	marks, err := broker.Marks(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Partitions) != len(marks) {
+		t.Fatalf("plan has %d partitions, broker says %d", len(plan.Partitions), len(marks))
+	}
+	// The oracle: what the broker itself answers, and what was produced
+	// and deleted.
+	want := map[int32]localkafka.Marks{0: {Low: 1, High: 2, LSO: 2}, 1: {Low: 0, High: 1, LSO: 1}}
 	for _, p := range plan.Partitions {
-		info := broker.Cluster.PartitionInfo(topic, p.Partition)
-		if p.Low != info.LogStartOffset || p.High != info.HighWatermark || p.LSO != info.LastStableOffset || p.Leader != info.Leader {
-			t.Fatalf("partition %d: got %+v, broker says %+v", p.Partition, p, *info)
+		m := marks[p.Partition]
+		if p.Low != m.Low || p.High != m.High || p.LSO != m.LSO || p.Leader != m.Leader {
+			t.Fatalf("partition %d: got %+v, broker says %+v", p.Partition, p, m)
+		}
+		if w := want[p.Partition]; p.Low != w.Low || p.High != w.High || p.LSO != w.LSO {
+			t.Fatalf("partition %d: got %+v, want low %d high %d LSO %d", p.Partition, p, w.Low, w.High, w.LSO)
+		}
+	}
+}
+
+// TestUntilTimestamp: Until.Timestamp ends each partition at the first
+// offset whose timestamp is >= T (ListOffsets by timestamp): every record
+// before it is read, a late record with an older timestamp after it is
+// not, and a partition with no record at or after T reads to its end.
+func TestUntilTimestamp(t *testing.T) {
+	topic := newTopic(t, 3)
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	var in []localkafka.Record
+	for i := 0; i < 12; i++ {
+		r := kv(int32(i%2), fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+		r.Timestamp = base.Add(time.Duration(i) * time.Minute)
+		in = append(in, r)
+	}
+	// Partition 0 ends with a late record stamped before T, partition 2
+	// holds only records before T.
+	late := kv(0, "late", "old")
+	late.Timestamp = base
+	early := kv(2, "early", "e")
+	early.Timestamp = base.Add(time.Minute)
+	in = append(in, late, early)
+	all := produce(t, topic, in)
+	T := base.Add(7 * time.Minute)
+	// The oracle: per partition, the first offset stamped >= T.
+	end := map[int32]int64{}
+	for i, r := range all {
+		if _, ok := end[r.P]; !ok && !in[i].Timestamp.Before(T) {
+			end[r.P] = r.O
+		}
+	}
+	var want []rec
+	for _, r := range all {
+		if e, ok := end[r.P]; !ok || r.O < e {
+			want = append(want, r)
+		}
+	}
+	c := cfg(t, topic)
+	c.Until.Timestamp = T
+	got, res, err := collect(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sortRecs(want), got); diff != "" {
+		t.Fatalf("records (-want +got):\n%s", diff)
+	}
+	if len(end) != 2 {
+		t.Fatalf("%d partitions have a record at or after T, want 2: the test proves nothing", len(end))
+	}
+	for _, p := range res.Plan.Partitions {
+		e, bounded := end[p.Partition]
+		if !bounded {
+			e = p.High
+		}
+		if p.End != e || p.Bounded != bounded {
+			t.Fatalf("partition %d: end %d bounded %v, want %d %v", p.Partition, p.End, p.Bounded, e, bounded)
 		}
 	}
 }

@@ -7,6 +7,21 @@
 // Nothing in the product's read path depends on it: the replay and the
 // copier talk to it over the Kafka wire protocol exactly as they talk to
 // Apache Kafka.
+//
+// # One suite, two brokers
+//
+// When KMATERIALIZE_TEST_KAFKA names a real Apache Kafka (scripts/test-kafka
+// starts one; see internal/kafkatest), [RunTests] gives the tests that broker
+// instead of a kfake: its Broker has Addr and Kafka set and Cluster nil, so
+// nothing kfake-specific is reachable. The fixtures (topics, records,
+// transactions, DeleteRecords, marks) speak the Kafka protocol through
+// franz-go and kadm and behave alike on both: a created topic is awaited
+// until every partition has a leader, an ended transaction until its marker
+// is in every partition it wrote, and marks come from ListOffsets and
+// Metadata. A test that needs kfake's fault injection calls [KfakeOnly] and
+// skips on the real broker with [KfakeOnlyReason]; any other [Start] of a
+// kfake in a test process under KMATERIALIZE_TEST_KAFKA is an error, so a
+// test cannot pass the real-broker pass on a kfake of its own.
 package localkafka
 
 import (
@@ -16,21 +31,44 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmaterialize/kmaterialize/internal/kafkatest"
 )
 
-// Broker is a running kfake cluster with one broker on 127.0.0.1.
+// Broker is the broker a test talks to: a running kfake cluster with one
+// broker on 127.0.0.1, or (under KMATERIALIZE_TEST_KAFKA, see RunTests) a
+// real Apache Kafka that another process started.
 type Broker struct {
+	// Cluster is the in-process kfake; nil on a real Kafka, so that a
+	// test reaching for kfake's controls there fails at once (it should
+	// have called KfakeOnly).
 	Cluster *kfake.Cluster
 	Addr    string
+	// Kafka is the real broker's endpoint; zero on kfake.
+	Kafka kafkatest.Endpoint
 }
 
+// Real reports whether b is a real Apache Kafka rather than a kfake.
+func (b *Broker) Real() bool { return b.Cluster == nil }
+
+// ErrKfakeOnRealPass is returned by Start in a test process run against a
+// real Kafka (KMATERIALIZE_TEST_KAFKA set): a test that started a kfake of
+// its own would pass the real pass without touching the real broker.
+var ErrKfakeOnRealPass = errors.New("an in-process kfake was started while " + kafkatest.EnvAddr + " names a real Kafka: use the real broker, or mark the test localkafka.KfakeOnly")
+
 // Start starts a one-broker cluster on a free loopback port. Close stops it.
+// In a test process under KMATERIALIZE_TEST_KAFKA it refuses
+// (ErrKfakeOnRealPass).
 func Start(opts ...kfake.Opt) (*Broker, error) {
+	if testing.Testing() && os.Getenv(kafkatest.EnvAddr) != "" {
+		return nil, fmt.Errorf("start kfake broker: %w", ErrKfakeOnRealPass)
+	}
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start kfake broker: %w", err)
@@ -38,15 +76,30 @@ func Start(opts ...kfake.Opt) (*Broker, error) {
 	return &Broker{Cluster: c, Addr: c.ListenAddrs()[0]}, nil
 }
 
-// Close stops the broker.
-func (b *Broker) Close() { b.Cluster.Close() }
-
-// CreateTopic creates a topic with n partitions.
-func (b *Broker) CreateTopic(topic string, partitions int32, configs map[string]string) error {
-	if err := b.Cluster.CreateTopic(topic, partitions, configs); err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
+// Close stops the broker (a kfake; a real Kafka belongs to whoever started
+// it).
+func (b *Broker) Close() {
+	if b.Cluster != nil {
+		b.Cluster.Close()
 	}
-	return nil
+}
+
+// KfakeOnlyReason is the one reason every kfake-only test skips with on a
+// real Kafka, so that a run's skips can be counted and told apart.
+const KfakeOnlyReason = "kfake-only: needs fault injection"
+
+// KfakeOnly skips the test when the tests run against a real Kafka
+// (KMATERIALIZE_TEST_KAFKA set): it needs kfake's fault injection (Fault,
+// ControlKey, KeepControl, held or dropped requests, a broker of its own
+// to stop, compaction on demand).
+func KfakeOnly(t interface {
+	Helper()
+	Skip(args ...any)
+}) {
+	t.Helper()
+	if os.Getenv(kafkatest.EnvAddr) != "" {
+		t.Skip(KfakeOnlyReason)
+	}
 }
 
 // Record is one record to write: a nil Key or Value is a null.
@@ -163,10 +216,58 @@ func (t *Txn) End(ctx context.Context, commit bool) error {
 	if err := t.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 		return fmt.Errorf("end transaction (commit=%v): %w", commit, err)
 	}
+	if err := t.awaitMarkers(ctx); err != nil {
+		return err
+	}
 	if commit && t.spy != nil && t.spy.aborted.Load() {
 		return fmt.Errorf("end transaction %s: franz-go logged that it aborted instead: %w", t.txnID, ErrCommitAborted)
 	}
 	return nil
+}
+
+// awaitMarkers waits until the ended transaction's marker is in every
+// partition it wrote. Kafka's EndTxn returns before the coordinator has
+// written the markers (kfake writes them inside EndTxn): a high watermark
+// read at once can lack the marker, and a transaction begun next can put
+// its records before it. The marker is in once the last stable offset has
+// passed the transaction's first offset there (while the transaction is
+// open the LSO is at most that offset); with no other transaction open that
+// is LSO == high watermark. A transaction begun earlier on the partition and
+// still open holds the LSO below, and the wait fails at its bound.
+func (t *Txn) awaitMarkers(ctx context.Context) error {
+	if len(t.produced) == 0 {
+		return nil
+	}
+	first := map[int32]int64{}
+	for p, offs := range t.produced {
+		first[p] = offs[0]
+		for _, o := range offs {
+			first[p] = min(first[p], o)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last map[int32]Marks
+	for {
+		marks, err := t.b.Marks(ctx, t.topic)
+		if err == nil {
+			last = marks
+			done := true
+			for p, f := range first {
+				if m, ok := marks[p]; !ok || m.LSO <= f {
+					done = false
+				}
+			}
+			if done {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("transaction %s on %s: the markers did not appear (first offsets %v, marks %v, last error %v): %w", t.txnID, t.topic, first, last, err, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // WriteTxn writes recs to topic in one transaction that it commits or
@@ -215,11 +316,13 @@ func (b *Broker) redoTxn(ctx context.Context, topic, txnID string, recs []Record
 func (t *Txn) checkCommitted(ctx context.Context) error {
 	// To the high watermark: the transaction's marker is there by now, and
 	// a reader needs it (or a later record) to get past an aborted batch.
+	marks, err := t.b.Marks(ctx, t.topic)
+	if err != nil {
+		return fmt.Errorf("check the commit of transaction %s: %w", t.txnID, err)
+	}
 	ends := map[int32]int64{}
-	for _, pi := range t.b.Cluster.PartitionInfos(t.topic) {
-		if _, ok := t.produced[pi.Partition]; ok {
-			ends[pi.Partition] = pi.HighWatermark
-		}
+	for p := range t.produced {
+		ends[p] = marks[p].High
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -304,7 +407,17 @@ func (b *Broker) GroupOffsets(ctx context.Context) (map[string]map[string]map[in
 
 // RunTests is a package's TestMain in one call: it starts a broker, stores
 // it in *b, runs the tests and stops the broker, returning the exit code.
+// When KMATERIALIZE_TEST_KAFKA is set it starts nothing: *b is the real
+// Kafka that the environment names (kafkatest.FromEnv), with Cluster nil.
 func RunTests(m interface{ Run() int }, b **Broker) int {
+	if e, ok, err := kafkatest.FromEnv(); err != nil || ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		*b = &Broker{Addr: e.Addr, Kafka: e}
+		return m.Run()
+	}
 	br, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -17,6 +17,7 @@ import (
 // notice with its independent read and redo the transaction, so that the
 // records are committed exactly once; Txn.End alone must not be trusted.
 func TestCommitTxnRedoesACommitTurnedAbort(t *testing.T) {
+	KfakeOnly(t)
 	b, err := Start()
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func (s *Scenario) Build(ctx context.Context, b *localkafka.Broker, topic string
 			}
 		case st.DeleteRecords != nil:
 			d := st.DeleteRecords
-			if err := b.Cluster.DeleteRecords(topic, d.P, d.Before); err != nil {
+			if err := b.DeleteRecords(ctx, topic, d.P, d.Before); err != nil {
 				return nil, fmt.Errorf("step %d: %w", i, err)
 			}
 			kept := vis[:0]
