@@ -53,6 +53,8 @@ func newSASLRig(t *testing.T) *saslRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
+	// The fixtures (topic creation through kadm) authenticate too.
+	b.ClientOpts = []kgo.Opt{kgo.SASL(plain.Auth{User: r.user, Pass: r.password}.AsMechanism())}
 	r.b = b
 	return r
 }
@@ -60,7 +62,7 @@ func newSASLRig(t *testing.T) *saslRig {
 // produce writes recs through a SASL client (with the right password).
 func (r *saslRig) produce(t *testing.T, topic string, recs []localkafka.Record) []rec {
 	t.Helper()
-	cl, err := r.b.Client(kgo.SASL(plain.Auth{User: r.user, Pass: r.password}.AsMechanism()))
+	cl, err := r.b.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

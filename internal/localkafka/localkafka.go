@@ -52,6 +52,9 @@ type Broker struct {
 	Addr    string
 	// Kafka is the real broker's endpoint; zero on kfake.
 	Kafka kafkatest.Endpoint
+	// ClientOpts are given to every client of this broker, the fixtures'
+	// admin included: the credentials of a broker that requires SASL.
+	ClientOpts []kgo.Opt
 }
 
 // Real reports whether b is a real Apache Kafka rather than a kfake.
@@ -116,7 +119,8 @@ func (b *Broker) Client(opts ...kgo.Opt) (*kgo.Client, error) {
 		kgo.SeedBrokers(b.Addr),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
-	}, opts...)
+	}, b.ClientOpts...)
+	all = append(all, opts...)
 	return kgo.NewClient(all...)
 }
 
