@@ -86,13 +86,19 @@ func main() {
 	}
 	sort.Strings(pkgs)
 	bad := events == 0
+	var all counts
 	for _, p := range pkgs {
 		c := per[p]
+		if c.passed+c.skipped+c.failed == 0 && !failedPkg[p] {
+			continue // no test files, or none matched -run
+		}
 		fmt.Printf("%s: %d passed, %d skipped (%d kfake-only), %d failed\n", p, c.passed, c.skipped, c.kfakeOnly, c.failed)
 		if c.failed > 0 || failedPkg[p] {
 			bad = true
 		}
+		all.passed, all.skipped, all.kfakeOnly, all.failed = all.passed+c.passed, all.skipped+c.skipped, all.kfakeOnly+c.kfakeOnly, all.failed+c.failed
 	}
+	fmt.Printf("all: %d passed, %d skipped (%d kfake-only), %d failed (tests and subtests)\n", all.passed, all.skipped, all.kfakeOnly, all.failed)
 	if bad {
 		os.Exit(1)
 	}
