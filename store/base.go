@@ -102,16 +102,12 @@ func (g *Generation) WriteMergedOver(ctx context.Context, base uint64, mem Sorte
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
-	buf := min(max(runReadBufferTotal/max(len(g.runs), 1), runReadBufferMin), runReadBuffer)
-	sources := []Sorted{&baseRows{db: g.db, gen: base}}
-	for _, p := range g.runs {
-		r, err := openRun(p, buf)
-		if err != nil {
-			return fmt.Errorf("merge generation %d of table %q: open run file %s: %w", g.id, g.table, p, err)
-		}
-		defer r.f.Close()
-		sources = append(sources, r)
+	runs, closeRuns, err := g.openRuns()
+	if err != nil {
+		return err
 	}
+	defer closeRuns()
+	sources := append([]Sorted{&baseRows{db: g.db, gen: base}}, runs...)
 	if mem != nil {
 		sources = append(sources, mem)
 	}

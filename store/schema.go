@@ -102,7 +102,7 @@ var (
 // it finds:
 //
 //	FILE.runs/                    RunsDir: sorted runs of a rebuild's latest fold
-//	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runs.go)
+//	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runfile.go)
 //	FILE.compact-<random>         CompactTempPrefix: a compaction's new file before its rename
 //	FILE.spool/                   SpoolDir: the daemon's spooled answers (package serve)
 //	    <random>.spool            SpoolSuffix: one answer, removed once sent
