@@ -171,7 +171,7 @@ func (m *merge) Next() (key, value []byte, ok bool, err error) {
 // The run files are removed whatever happens. A canceled ctx stops the
 // merge between two commits with ctx's error.
 func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
-	return g.writeMerged(ctx, mem, nil, nil)
+	return g.writeMerged(ctx, 0, mem, nil, nil)
 }
 
 // WriteMergedIndex is WriteMerged into the generation's private index
@@ -184,27 +184,35 @@ func (g *Generation) WriteMergedIndex(ctx context.Context, name string, mem Sort
 		defer g.removeRuns()
 		return fmt.Errorf("merge into generation %d of table %q: index name %q or no combine: %w", g.id, g.table, name, ErrInvalidName)
 	}
-	return g.writeMerged(ctx, mem, []byte(name), combine)
+	return g.writeMerged(ctx, 0, mem, []byte(name), combine)
 }
 
-// writeMerged merges the run files and mem into the rows bucket (index
-// nil) or the index bucket index.
-func (g *Generation) writeMerged(ctx context.Context, mem Sorted, index []byte, combine Combine) error {
+// writeMerged merges the rows of generation base (0: none; WriteMergedOver),
+// the run files and mem, oldest first, into the rows bucket (index nil) or
+// the index bucket index.
+func (g *Generation) writeMerged(ctx context.Context, base uint64, mem Sorted, index []byte, combine Combine) error {
 	defer g.removeRuns()
 	if g.done {
 		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
 	}
-	sources, closeRuns, err := g.openRuns()
+	runs, closeRuns, err := g.openRuns()
 	if err != nil {
 		return err
 	}
 	defer closeRuns()
+	sources := make([]Sorted, 0, len(runs)+2) // a base, the runs, mem
+	over := ""
+	if base != 0 {
+		sources = append(sources, &baseRows{db: g.db, gen: base})
+		over = fmt.Sprintf(" over generation %d", base)
+	}
+	sources = append(sources, runs...)
 	if mem != nil {
 		sources = append(sources, mem)
 	}
 	m, err := newMerge(sources, combine)
 	if err != nil {
-		return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
+		return fmt.Errorf("merge generation %d of table %q%s: %w", g.id, g.table, over, err)
 	}
 	return g.writeSorted(ctx, m, index)
 }

@@ -173,7 +173,7 @@ func (g *Generation) openRuns() (runs []Sorted, closeRuns func(), err error) {
 			_ = r.f.Close()
 		}
 	}
-	runs = make([]Sorted, 0, len(g.runs)+2) // room for a base and mem
+	runs = make([]Sorted, 0, len(g.runs))
 	for _, path := range g.runs {
 		r, err := openRun(path, buf)
 		if err != nil {
