@@ -205,3 +205,21 @@ func TestMergeAndAliasesDecode(t *testing.T) {
 		t.Errorf("decoded %q, want %q", got, want)
 	}
 }
+
+// TestAliasExpansionBounded: a document whose aliases of aliases would
+// expand to 10^8 mappings (a "billion laughs" through merges) is refused
+// at its line once the walk has seen maxShapeVisits values, rather than
+// walked to the end.
+func TestAliasExpansionBounded(t *testing.T) {
+	items := []string{"&a0 {k: v}"}
+	for i := 1; i < 9; i++ {
+		prev := fmt.Sprintf("*a%d", i-1)
+		items = append(items, fmt.Sprintf("&a%d {<<: [%s%s]}", i, strings.Repeat(prev+", ", 9), prev))
+	}
+	doc := "db: t.db\nkafka:\n  brokers: k\n  properties: {<<: [" + strings.Join(items, ", ") + "]}\n"
+	_, err := config.Parse([]byte(doc), config.ParseOptions{Path: "bad.yaml", LookupEnv: noEnv})
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Line != lineOf(t, doc, "properties:") || ce.Field != "kafka.properties" || !strings.Contains(ce.Msg, "expands to more than") {
+		t.Fatalf("Parse = %v, want an *Error at kafka.properties saying the document expands too far", err)
+	}
+}
