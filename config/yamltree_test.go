@@ -80,16 +80,8 @@ func TestSyntaxErrorsQuoteNoValue(t *testing.T) {
 				t.Fatalf("the library's line-less error %q does not quote the document: the case tests nothing", libErr)
 			}
 
-			_, err := config.Parse([]byte(tc.doc), config.ParseOptions{Path: "bad.yaml", LookupEnv: noEnv})
-			var ce *config.Error
-			if !errors.As(err, &ce) || !errors.Is(err, config.ErrInvalid) {
-				t.Fatalf("Parse = %v, want a *config.Error", err)
-			}
-			for _, msg := range chain(err) {
-				if leaks(msg) {
-					t.Errorf("%q shows the value", msg)
-				}
-			}
+			ce := parseRefused(t, tc.doc)
+			err := error(ce)
 			if ce.Line != libLine {
 				t.Errorf("line %d, want the library's %d (%v)", ce.Line, libLine, err)
 			}
@@ -101,6 +93,23 @@ func TestSyntaxErrorsQuoteNoValue(t *testing.T) {
 }
 
 func noEnv(string) (string, bool) { return "", false }
+
+// parseRefused parses doc, which must be refused with an *Error, and
+// checks that neither its message nor any cause it wraps shows the secret.
+func parseRefused(t *testing.T, doc string) *config.Error {
+	t.Helper()
+	_, err := config.Parse([]byte(doc), config.ParseOptions{Path: "bad.yaml", LookupEnv: noEnv})
+	var ce *config.Error
+	if !errors.As(err, &ce) || !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("Parse = %v, want a *config.Error", err)
+	}
+	for _, msg := range chain(err) {
+		if leaks(msg) {
+			t.Errorf("%q shows the value", msg)
+		}
+	}
+	return ce
+}
 
 // lineOf is the oracle for a position: the 1-based line of doc that holds
 // marker.
@@ -167,16 +176,8 @@ func TestPositionsFromTree(t *testing.T) {
 					t.Fatalf("the library's decoder, for the same document, says %v: want it to quote the value", libErr)
 				}
 			}
-			_, err := config.Parse([]byte(tc.doc), config.ParseOptions{Path: "bad.yaml", LookupEnv: noEnv})
-			var ce *config.Error
-			if !errors.As(err, &ce) || !errors.Is(err, config.ErrInvalid) {
-				t.Fatalf("Parse = %v, want a *config.Error", err)
-			}
-			for _, msg := range chain(err) {
-				if leaks(msg) {
-					t.Errorf("%q shows the value", msg)
-				}
-			}
+			ce := parseRefused(t, tc.doc)
+			err := error(ce)
 			if want := lineOf(t, tc.doc, tc.marker); ce.Line != want {
 				t.Errorf("line %d, want %d (%v)", ce.Line, want, err)
 			}
