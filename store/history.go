@@ -169,10 +169,11 @@ func nonNil(v []byte) []byte {
 }
 
 // keepGeneration turns table's published generation gen into a kept one:
-// it stores metaRaw (the table's metadata as stored in BucketTables) and
-// (through checkpoint.Keep) a copy of the table's checkpoint in the
-// generation's bucket, and marks it StateKept. The caller then points the table at another
-// generation and replaces its checkpoint, in the same transaction.
+// it stores metaRaw (the table's metadata as stored in BucketTables) and,
+// through checkpoint.Keep, a copy of the table's checkpoint in the
+// generation's bucket, and marks it StateKept. The caller then points the
+// table at another generation and replaces its checkpoint, in the same
+// transaction.
 func keepGeneration(tx *bolt.Tx, table string, gen uint64, metaRaw []byte) error {
 	gb := tx.Bucket(BucketGenerations).Bucket(GenerationKey(gen))
 	if gb == nil {
