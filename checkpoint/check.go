@@ -4,16 +4,14 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// CheckTable is a store.CheckOptions.Table hook: it reports what is wrong
-// with the checkpoint of the published table m in tx (one message per
-// problem): it must load, name the table's topic, and hold positions Save
-// would accept.
-func CheckTable(tx *bolt.Tx, m store.TableMeta) []string {
-	cp, ok, err := Load(tx, m.Name)
+// Check reports what is wrong with the checkpoint of table, a published
+// table of topic, in tx (one message per problem): it must load, name the
+// table's topic, and hold positions Save would accept. store.CheckCheckpoint
+// is this as a store.CheckOptions.Table hook.
+func Check(tx *bolt.Tx, table, topic string) []string {
+	cp, ok, err := Load(tx, table)
 	switch {
 	case err != nil:
 		return []string{err.Error()}
@@ -21,10 +19,10 @@ func CheckTable(tx *bolt.Tx, m store.TableMeta) []string {
 		return []string{"no checkpoint"}
 	}
 	var out []string
-	if cp.Topic != m.Topic {
-		out = append(out, fmt.Sprintf("checkpoint is of topic %q, the table of topic %q", cp.Topic, m.Topic))
+	if cp.Topic != topic {
+		out = append(out, fmt.Sprintf("checkpoint is of topic %q, the table of topic %q", cp.Topic, topic))
 	}
-	if err := validate(m.Name, cp); err != nil {
+	if err := validate(table, cp); err != nil {
 		out = append(out, err.Error())
 	}
 	return out

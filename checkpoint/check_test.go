@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoint_test
 
 import (
 	"encoding/binary"
@@ -7,28 +7,29 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
 func TestCheckTable(t *testing.T) {
 	db := openTemp(t)
-	good := Checkpoint{Topic: "orders", EndMark: EndHigh, Partitions: []Partition{{Partition: 0, Low: 0, Start: 0, High: 10, End: 10}}}
+	good := checkpoint.Checkpoint{Topic: "orders", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: 0, Low: 0, Start: 0, High: 10, End: 10}}}
 	err := db.Bolt().Update(func(tx *bolt.Tx) error {
-		if err := Save(tx, "a", good); err != nil {
+		if err := checkpoint.Save(tx, "a", good); err != nil {
 			return err
 		}
-		if err := Save(tx, "b", good); err != nil {
+		if err := checkpoint.Save(tx, "b", good); err != nil {
 			return err
 		}
-		if err := Save(tx, "c", good); err != nil {
+		if err := checkpoint.Save(tx, "c", good); err != nil {
 			return err
 		}
 		// c: a partition whose end is past its high mark, written raw
 		// (Save refuses it).
-		v := make([]byte, valueLen)
+		v := make([]byte, checkpoint.ValueLen)
 		binary.BigEndian.PutUint64(v[16:], 5)
 		binary.BigEndian.PutUint64(v[24:], 9)
-		return tx.Bucket(store.BucketCheckpoints).Bucket([]byte("c")).Bucket(bucketPartitions).Put([]byte{0, 0, 0, 0}, v)
+		return tx.Bucket(store.BucketCheckpoints).Bucket([]byte("c")).Bucket(checkpoint.BucketPartitions).Put([]byte{0, 0, 0, 0}, v)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestCheckTable(t *testing.T) {
 		{store.TableMeta{Name: "d", Topic: "orders"}, "no checkpoint"},
 	} {
 		var got []string
-		if err := db.View(func(tx *bolt.Tx) error { got = CheckTable(tx, tc.meta); return nil }); err != nil {
+		if err := db.View(func(tx *bolt.Tx) error { got = store.CheckCheckpoint(tx, tc.meta); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if tc.want == "" {

@@ -9,8 +9,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
-
-	"github.com/kmaterialize/kmaterialize/store"
 )
 
 // End marks: which end of each partition a rebuild read to.
@@ -20,6 +18,13 @@ const (
 	// EndStable: the last stable offset captured at the start.
 	EndStable = "stable"
 )
+
+// Bucket is the root of every table's checkpoint: one nested bucket per
+// table, named after it (the layout is in the package doc). Package store
+// creates it when it opens a file, lists it in its file layout
+// (store.BucketCheckpoints is this name) and checks that each table has
+// one; everything inside is this package's.
+var Bucket = []byte("checkpoints")
 
 // On-disk names inside a table's checkpoint bucket (see the package doc).
 var (
@@ -92,7 +97,7 @@ func Save(tx *bolt.Tx, table string, cp Checkpoint) error {
 	if err := validate(table, cp); err != nil {
 		return err
 	}
-	root, err := tx.CreateBucketIfNotExists(store.BucketCheckpoints)
+	root, err := tx.CreateBucketIfNotExists(Bucket)
 	if err != nil {
 		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
 	}
@@ -188,22 +193,11 @@ func validate(table string, cp Checkpoint) error {
 // Load returns table's checkpoint as of tx; ok is false (and err nil) if the
 // table has none.
 func Load(tx *bolt.Tx, table string) (cp Checkpoint, ok bool, err error) {
-	root := tx.Bucket(store.BucketCheckpoints)
+	root := tx.Bucket(Bucket)
 	if root == nil {
 		return Checkpoint{}, false, nil
 	}
 	tb := root.Bucket([]byte(table))
-	if tb == nil {
-		return Checkpoint{}, false, nil
-	}
-	return decode(tb, table)
-}
-
-// LoadKept returns the checkpoint kept with generation gen of table (a
-// kept generation: see store.Generation.Keep), as it was while gen was
-// published; ok is false if gen keeps none.
-func LoadKept(tx *bolt.Tx, table string, gen uint64) (cp Checkpoint, ok bool, err error) {
-	tb := store.KeptCheckpoint(tx, gen)
 	if tb == nil {
 		return Checkpoint{}, false, nil
 	}
@@ -265,7 +259,7 @@ func decode(tb *bolt.Bucket, table string) (cp Checkpoint, ok bool, err error) {
 // Delete removes table's checkpoint in tx; a table without one is not an
 // error.
 func Delete(tx *bolt.Tx, table string) error {
-	root := tx.Bucket(store.BucketCheckpoints)
+	root := tx.Bucket(Bucket)
 	if root == nil {
 		return nil
 	}

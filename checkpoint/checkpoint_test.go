@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoint_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -21,13 +22,13 @@ func openTemp(t *testing.T) *store.DB {
 	return db
 }
 
-func load(t *testing.T, db *store.DB, table string) (Checkpoint, bool) {
+func load(t *testing.T, db *store.DB, table string) (checkpoint.Checkpoint, bool) {
 	t.Helper()
-	var cp Checkpoint
+	var cp checkpoint.Checkpoint
 	var ok bool
 	err := db.View(func(tx *bolt.Tx) error {
 		var err error
-		cp, ok, err = Load(tx, table)
+		cp, ok, err = checkpoint.Load(tx, table)
 		return err
 	})
 	if err != nil {
@@ -42,20 +43,20 @@ func TestSaveLoadReplaceDelete(t *testing.T) {
 		t.Fatal("checkpoint before any Save")
 	}
 
-	first := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{
+	first := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{
 		{Partition: 300, Low: 0, Start: 0, High: 1 << 40, End: 1 << 40},
 		{Partition: 2, Low: 5, Start: 7, High: 9, End: 9},
 		{Partition: 0, Low: 0, Start: 0, High: 0, End: 0},
 		{Partition: 256, Low: 1, Start: 2, High: 3, End: 3},
 	}}
 	// The oracle: the same partitions, sorted by number by hand.
-	wantFirst := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{
+	wantFirst := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{
 		first.Partitions[2], first.Partitions[1], first.Partitions[3], first.Partitions[0],
 	}}
-	other := Checkpoint{Topic: "other", EndMark: EndStable, Partitions: []Partition{{Partition: 1, High: 4, End: 4, Start: 1}}}
-	save := func(table string, cp Checkpoint) {
+	other := checkpoint.Checkpoint{Topic: "other", EndMark: checkpoint.EndStable, Partitions: []checkpoint.Partition{{Partition: 1, High: 4, End: 4, Start: 1}}}
+	save := func(table string, cp checkpoint.Checkpoint) {
 		t.Helper()
-		if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, table, cp) }); err != nil {
+		if err := db.Bolt().Update(func(tx *bolt.Tx) error { return checkpoint.Save(tx, table, cp) }); err != nil {
 			t.Fatalf("Save(%q): %v", table, err)
 		}
 	}
@@ -66,7 +67,7 @@ func TestSaveLoadReplaceDelete(t *testing.T) {
 	}
 
 	// Replacing drops partitions the new checkpoint does not list.
-	second := Checkpoint{Topic: "events", EndMark: EndStable, Partitions: []Partition{{Partition: 2, Low: 9, Start: 9, High: 12, End: 12}}}
+	second := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndStable, Partitions: []checkpoint.Partition{{Partition: 2, Low: 9, Start: 9, High: 12, End: 12}}}
 	save("t", second)
 	if got, ok := load(t, db, "t"); !ok || !cmp.Equal(second, got) {
 		t.Errorf("after replace (-want +got):\n%s", cmp.Diff(second, got))
@@ -76,16 +77,16 @@ func TestSaveLoadReplaceDelete(t *testing.T) {
 	}
 
 	// No partitions at all is a valid (empty topic) checkpoint.
-	save("empty", Checkpoint{Topic: "e", EndMark: EndHigh})
+	save("empty", checkpoint.Checkpoint{Topic: "e", EndMark: checkpoint.EndHigh})
 	if got, ok := load(t, db, "empty"); !ok || got.Topic != "e" || len(got.Partitions) != 0 {
 		t.Errorf("empty checkpoint: %+v, %v", got, ok)
 	}
 
 	if err := db.Bolt().Update(func(tx *bolt.Tx) error {
-		if err := Delete(tx, "t"); err != nil {
+		if err := checkpoint.Delete(tx, "t"); err != nil {
 			return err
 		}
-		return Delete(tx, "never-saved")
+		return checkpoint.Delete(tx, "never-saved")
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,24 +100,24 @@ func TestSaveLoadReplaceDelete(t *testing.T) {
 
 func TestSaveRejectsImpossibleCheckpoints(t *testing.T) {
 	db := openTemp(t)
-	ok := Checkpoint{Topic: "t", EndMark: EndHigh}
+	ok := checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh}
 	for _, tc := range []struct {
 		name  string
 		table string
-		cp    Checkpoint
+		cp    checkpoint.Checkpoint
 	}{
 		{"empty table", "", ok},
-		{"empty topic", "t", Checkpoint{EndMark: EndHigh}},
-		{"bad end mark", "t", Checkpoint{Topic: "t", EndMark: "latest"}},
-		{"duplicate partition", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Partition: 1}, {Partition: 1}}}},
-		{"negative partition", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Partition: -1}}}},
-		{"negative offset", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Low: -1}}}},
-		{"start past end", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Start: 5, End: 4, High: 9}}}},
-		{"end past high", "t", Checkpoint{Topic: "t", EndMark: EndHigh, Partitions: []Partition{{Start: 0, End: 10, High: 9}}}},
+		{"empty topic", "t", checkpoint.Checkpoint{EndMark: checkpoint.EndHigh}},
+		{"bad end mark", "t", checkpoint.Checkpoint{Topic: "t", EndMark: "latest"}},
+		{"duplicate partition", "t", checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: 1}, {Partition: 1}}}},
+		{"negative partition", "t", checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: -1}}}},
+		{"negative offset", "t", checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Low: -1}}}},
+		{"start past end", "t", checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Start: 5, End: 4, High: 9}}}},
+		{"end past high", "t", checkpoint.Checkpoint{Topic: "t", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Start: 0, End: 10, High: 9}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, tc.table, tc.cp) })
-			if !errors.Is(err, ErrInvalid) {
+			err := db.Bolt().Update(func(tx *bolt.Tx) error { return checkpoint.Save(tx, tc.table, tc.cp) })
+			if !errors.Is(err, checkpoint.ErrInvalid) {
 				t.Errorf("Save = %v, want ErrInvalid", err)
 			}
 		})
@@ -138,17 +139,17 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 		}
 		return g
 	}
-	cp1 := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{{Partition: 0, High: 10, End: 10}}}
+	cp1 := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: 0, High: 10, End: 10}}}
 	g := build("v1")
-	if err := g.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return Save(tx, "t", cp1) }); err != nil {
+	if err := g.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "t", cp1) }); err != nil {
 		t.Fatal(err)
 	}
-	check := func(wantValue string, wantCP Checkpoint) {
+	check := func(wantValue string, wantCP checkpoint.Checkpoint) {
 		t.Helper()
 		// Table and checkpoint read in one transaction, as a resuming
 		// rebuild would.
 		err := db.View(func(tx *bolt.Tx) error {
-			cp, ok, err := Load(tx, "t")
+			cp, ok, err := checkpoint.Load(tx, "t")
 			if err != nil || !ok || !cmp.Equal(wantCP, cp) {
 				t.Errorf("checkpoint %+v, %v, %v; want %+v", cp, ok, err, wantCP)
 			}
@@ -164,11 +165,11 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 	check("v1", cp1)
 
 	// A hook that saves and then fails: neither the rows nor the checkpoint.
-	cp2 := Checkpoint{Topic: "events", EndMark: EndHigh, Partitions: []Partition{{Partition: 0, Start: 10, High: 20, End: 20}}}
+	cp2 := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: 0, Start: 10, High: 20, End: 20}}}
 	g2 := build("v2")
 	boom := errors.New("boom")
 	err := g2.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error {
-		if err := Save(tx, "t", cp2); err != nil {
+		if err := checkpoint.Save(tx, "t", cp2); err != nil {
 			return err
 		}
 		return boom
@@ -178,13 +179,13 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 	}
 	check("v1", cp1)
 	// An invalid checkpoint refuses the publish the same way.
-	if err := g2.Publish(store.TableMeta{}, func(tx *bolt.Tx) error { return Save(tx, "t", Checkpoint{}) }); !errors.Is(err, ErrInvalid) {
+	if err := g2.Publish(store.TableMeta{}, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "t", checkpoint.Checkpoint{}) }); !errors.Is(err, checkpoint.ErrInvalid) {
 		t.Fatalf("Publish with invalid checkpoint = %v", err)
 	}
 	check("v1", cp1)
 
 	// The retry commits both.
-	if err := g2.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return Save(tx, "t", cp2) }); err != nil {
+	if err := g2.Publish(store.TableMeta{Topic: "events"}, func(tx *bolt.Tx) error { return checkpoint.Save(tx, "t", cp2) }); err != nil {
 		t.Fatal(err)
 	}
 	check("v2", cp2)
@@ -196,7 +197,7 @@ func TestSaveInPublishHookIsAtomic(t *testing.T) {
 func TestTopicID(t *testing.T) {
 	db := openTemp(t)
 	id := [16]byte{0x8f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xff}
-	cp := Checkpoint{Topic: "events", EndMark: EndHigh, TopicID: id, Partitions: []Partition{{Partition: 0, High: 3, End: 3}}}
+	cp := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, TopicID: id, Partitions: []checkpoint.Partition{{Partition: 0, High: 3, End: 3}}}
 	raw := func(table string) []byte {
 		var v []byte
 		if err := db.View(func(tx *bolt.Tx) error {
@@ -207,7 +208,7 @@ func TestTopicID(t *testing.T) {
 		}
 		return v
 	}
-	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, "t", cp) }); err != nil {
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return checkpoint.Save(tx, "t", cp) }); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := load(t, db, "t"); !ok || !cmp.Equal(cp, got) {
@@ -218,7 +219,7 @@ func TestTopicID(t *testing.T) {
 	}
 	unknown := cp
 	unknown.TopicID = [16]byte{}
-	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return Save(tx, "u", unknown) }); err != nil {
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return checkpoint.Save(tx, "u", unknown) }); err != nil {
 		t.Fatal(err)
 	}
 	if v := raw("u"); len(v) != 0 {
@@ -232,8 +233,8 @@ func TestTopicID(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err := db.View(func(tx *bolt.Tx) error { _, _, err := Load(tx, "t"); return err })
-	if !errors.Is(err, ErrInvalid) {
+	err := db.View(func(tx *bolt.Tx) error { _, _, err := checkpoint.Load(tx, "t"); return err })
+	if !errors.Is(err, checkpoint.ErrInvalid) {
 		t.Fatalf("a 3-byte topic_id loaded: %v", err)
 	}
 }

@@ -16,8 +16,8 @@
 //
 // # Format
 //
-// Under store.BucketCheckpoints, each table has a nested bucket named after
-// the table, holding:
+// Under Bucket ("checkpoints", store.BucketCheckpoints), each table has a
+// nested bucket named after the table, holding:
 //
 //	topic        -> the topic name (UTF-8)
 //	end_mark     -> "high" or "stable"
@@ -33,6 +33,14 @@
 //	                32 bytes: Low, Start, High, End, each a big-endian int64
 //
 // Keys sort by partition number for the partitions that exist (>= 0).
+//
+// A kept generation (store.Generation.Keep) holds a copy of its table's
+// bucket, as it was while the generation was published, under KeptBucket
+// ("checkpoint") in the generation's bucket. Keep writes it, Restore puts
+// it back as the table's checkpoint on a rollback, Drop removes it, LoadKept
+// reads it; store finds the generation's bucket and calls them in its
+// transaction. This package imports none of ours, so that store can: the
+// layout, the kept copy's included, has one owner.
 //
 // topic_id was added without a format version bump: a build that does not
 // know it ignores it, and its update, which rewrites the checkpoint, drops

@@ -1,16 +1,13 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -232,19 +229,6 @@ func (p *parser) errorf(line int, field, format string, args ...any) *Error {
 	return &Error{Path: p.path, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// unknownField rewrites yaml's "field x not found in type config.file".
-var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
-
-// sections are the document's mappings by the type name yaml's errors give
-// them: the fields one of them accepts are the candidates of a "did you
-// mean" for a field it does not.
-var sections = map[string]reflect.Type{
-	"config.file":               reflect.TypeFor[file](),
-	"config.fileKafka":          reflect.TypeFor[fileKafka](),
-	"config.fileTable":          reflect.TypeFor[fileTable](),
-	"config.fileSchemaRegistry": reflect.TypeFor[fileSchemaRegistry](),
-}
-
 // notDuration says why value is not a duration: a bare number lacks its
 // unit ("use 30s"), anything else is shown examples.
 func notDuration(value, examples string) string {
@@ -254,43 +238,10 @@ func notDuration(value, examples string) string {
 	return "not a duration (" + examples + ")"
 }
 
-// unknownFieldMsg is the message for field, unknown in the section yaml
-// calls typeName, with the nearest field that section has.
-func unknownFieldMsg(field, typeName string) string {
-	msg := fmt.Sprintf("unknown field %q", field)
-	t, ok := sections[typeName]
-	if !ok {
-		return msg
-	}
-	var names []string
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
-			names = append(names, name)
-		}
-	}
-	if near := suggest.Nearest(field, names); near != "" {
-		msg += fmt.Sprintf("; did you mean %q?", near)
-	}
-	return msg
-}
-
-// typeErrorLine is the "line N: " of one of yaml's type errors.
-var typeErrorLine = regexp.MustCompile(`^line (\d+): (.*)$`)
-
-// quotedValue is a value as yaml's type errors quote it: !!str `value`.
-var quotedValue = regexp.MustCompile("!!str `[^`]*`")
-
-// yamlLine is the "line N" of a yaml syntax error.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func (p *parser) parse(data []byte) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			return nil, &Error{Path: p.path, Line: line, Msg: "not valid YAML: " + m[2], Err: err}
-		}
-		return nil, &Error{Path: p.path, Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		return nil, p.syntaxError(err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, p.errorf(0, "", "the file is empty; it needs at least db, kafka and tables")
@@ -300,26 +251,14 @@ func (p *parser) parse(data []byte) (*Config, error) {
 	}
 	p.root = doc.Content[0]
 
+	// The walk finds, with their nodes' lines, what the decoder would
+	// refuse (yamltree.go); the decode then only fills f.
+	if err := p.checkShape(p.root, reflect.TypeFor[file]()); err != nil {
+		return nil, err
+	}
 	var f file
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		var te *yaml.TypeError
-		if errors.As(err, &te) && len(te.Errors) > 0 {
-			msg := te.Errors[0]
-			if m := unknownField.FindStringSubmatch(msg); m != nil {
-				line, _ := strconv.Atoi(m[1])
-				return nil, &Error{Path: p.path, Line: line, Msg: unknownFieldMsg(m[2], m[3]), Err: err}
-			}
-			if m := typeErrorLine.FindStringSubmatch(msg); m != nil {
-				line, _ := strconv.Atoi(m[1])
-				// yaml quotes the value in backticks; it may be a secret
-				// given where a mapping was expected.
-				why := quotedValue.ReplaceAllString(m[2], "a string")
-				return nil, &Error{Path: p.path, Line: line, Field: fieldAt(p.root, line, ""), Msg: why}
-			}
-		}
-		return nil, &Error{Path: p.path, Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	if err := p.root.Decode(&f); err != nil {
+		return nil, p.decodeError()
 	}
 	if err := p.literals(&f); err != nil {
 		return nil, err
@@ -358,33 +297,6 @@ func (p *parser) line(path ...string) int {
 		line = n.Line
 	}
 	return line
-}
-
-// fieldAt returns the dotted path of the last mapping key on line, or "".
-func fieldAt(n *yaml.Node, line int, prefix string) string {
-	found := ""
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			name := n.Content[i].Value
-			if prefix != "" {
-				name = prefix + "." + name
-			}
-			if n.Content[i].Line == line {
-				found = name
-			}
-			if f := fieldAt(n.Content[i+1], line, name); f != "" {
-				found = f
-			}
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			if f := fieldAt(c, line, fmt.Sprintf("%s[%d]", prefix, i)); f != "" {
-				found = f
-			}
-		}
-	}
-	return found
 }
 
 func (p *parser) resolve(path string) string {

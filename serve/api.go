@@ -247,7 +247,7 @@ func describeHistory(t *tableJSON, snap *store.Snapshot) error {
 			BuiltAt: m.BuiltAt.UTC().Format(time.RFC3339Nano), DurationNS: int64(m.Duration), Records: m.Records, Skipped: m.Skipped,
 			SkippedByReason: m.SkippedByReason, Empty: m.Empty, Extra: m.Extra, Until: m.Until, Changes: m.Changes,
 			Partitions: []checkpoint.Partition{}}
-		cp, ok, err := checkpoint.LoadKept(snap.Tx, m.Name, k.Generation)
+		cp, ok, err := store.KeptCheckpoint(snap.Tx, m.Name, k.Generation)
 		if err != nil {
 			return err
 		}

@@ -98,28 +98,7 @@ func generationBucket(tx *bolt.Tx, gen uint64, name []byte) (*bolt.Bucket, error
 // them, newest last, tombstones deleting. Like WriteMerged, it writes in key
 // order, committed in blocks, and removes the run files whatever happens.
 func (g *Generation) WriteMergedOver(ctx context.Context, base uint64, mem Sorted) error {
-	defer g.removeRuns()
-	if g.done {
-		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
-	}
-	buf := min(max(runReadBufferTotal/max(len(g.runs), 1), runReadBufferMin), runReadBuffer)
-	sources := []Sorted{&baseRows{db: g.db, gen: base}}
-	for _, p := range g.runs {
-		r, err := openRun(p, buf)
-		if err != nil {
-			return fmt.Errorf("merge generation %d of table %q: open run file %s: %w", g.id, g.table, p, err)
-		}
-		defer r.f.Close()
-		sources = append(sources, r)
-	}
-	if mem != nil {
-		sources = append(sources, mem)
-	}
-	m, err := newMerge(sources, nil)
-	if err != nil {
-		return fmt.Errorf("merge generation %d of table %q over generation %d: %w", g.id, g.table, base, err)
-	}
-	return g.writeSorted(ctx, m, nil)
+	return g.writeMerged(ctx, base, mem, nil, nil)
 }
 
 // CopyIndexes copies the fold indexes of generation base into the new

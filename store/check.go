@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 )
 
 // CheckOptions configures Check. A nil *CheckOptions means the defaults.
@@ -22,6 +24,12 @@ type CheckOptions struct {
 	// checkpoint's positions) inside the read transaction of the schema
 	// check; it returns one message per problem.
 	Table func(tx *bolt.Tx, t TableMeta) []string
+}
+
+// CheckCheckpoint is the CheckOptions.Table hook for package checkpoint's
+// positions: checkpoint.Check of the published table t.
+func CheckCheckpoint(tx *bolt.Tx, t TableMeta) []string {
+	return checkpoint.Check(tx, t.Name, t.Topic)
 }
 
 // CheckReport is what Check found. Problems are corruption: the file or its
@@ -299,7 +307,7 @@ func checkKept(tableExists bool, gb, rows *bolt.Bucket, n uint64, table string, 
 	case m.Generation != n:
 		r.problem("kept generation %d of table %q: its metadata names generation %d", n, table, m.Generation)
 	}
-	if gb.Bucket(BucketGenerationCheckpoint) == nil {
+	if !checkpoint.HasKept(gb) {
 		r.problem("kept generation %d of table %q has no checkpoint", n, table)
 	}
 	if rows == nil {

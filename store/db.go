@@ -79,7 +79,7 @@ type DB struct {
 	readOnly bool
 	cleaned  int
 	files    int        // leftover run and compaction files a read-write Open removed
-	runsMu   sync.Mutex // run files: creating RunsDir vs removing it (runs.go)
+	runsMu   sync.Mutex // run files: creating RunsDir vs removing it (runfile.go)
 	version  uint64     // the file's format version when opened
 	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder

@@ -26,7 +26,7 @@ type Generation struct {
 	key   []byte
 	done  bool // published or aborted
 	arena arena
-	// runs are the run files SpillRun wrote, oldest first (runs.go).
+	// runs are the run files SpillRun wrote, oldest first (runfile.go).
 	runs []string
 	// keys is the number of rows, counted as they are written (Write,
 	// WriteMerged): Publish records it instead of walking the tree

@@ -7,7 +7,8 @@ import (
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 )
 
 // A table's history: the generations a publish keeps instead of dropping
@@ -17,9 +18,10 @@ import (
 //
 // A kept generation is a generation bucket in state StateKept that holds,
 // besides its rows and indexes, the table's metadata (KeyGenerationMeta) and
-// a copy of its checkpoint bucket (BucketGenerationCheckpoint) as they were
-// while it was published. Store copies the checkpoint bucket as it is,
-// without reading it: its layout is package checkpoint's.
+// a copy of its checkpoint as they were while it was published. Package
+// checkpoint keeps, restores and drops that copy (checkpoint.Keep, Restore,
+// Drop) in the transaction store hands it: the checkpoint's layout, the
+// copy's included, has that one owner.
 
 // ErrGenerationNotFound is returned (as a *GenerationNotFoundError) by
 // Rollback and Diff when the generation asked for is neither the table's
@@ -166,26 +168,12 @@ func nonNil(v []byte) []byte {
 	return v
 }
 
-// copyBucket copies every key and nested bucket of src into dst, cloning
-// the values (src may be deleted in the same transaction).
-func copyBucket(dst, src *bolt.Bucket) error {
-	return src.ForEach(func(k, v []byte) error {
-		if v != nil {
-			return dst.Put(bytes.Clone(k), bytes.Clone(v))
-		}
-		sub, err := dst.CreateBucket(bytes.Clone(k))
-		if err != nil {
-			return err
-		}
-		return copyBucket(sub, src.Bucket(k))
-	})
-}
-
 // keepGeneration turns table's published generation gen into a kept one:
-// it stores metaRaw (the table's metadata as stored in BucketTables) and a
-// copy of the table's checkpoint bucket in the generation's bucket, and
-// marks it StateKept. The caller then points the table at another
-// generation and replaces its checkpoint, in the same transaction.
+// it stores metaRaw (the table's metadata as stored in BucketTables) and,
+// through checkpoint.Keep, a copy of the table's checkpoint in the
+// generation's bucket, and marks it StateKept. The caller then points the
+// table at another generation and replaces its checkpoint, in the same
+// transaction.
 func keepGeneration(tx *bolt.Tx, table string, gen uint64, metaRaw []byte) error {
 	gb := tx.Bucket(BucketGenerations).Bucket(GenerationKey(gen))
 	if gb == nil {
@@ -194,19 +182,8 @@ func keepGeneration(tx *bolt.Tx, table string, gen uint64, metaRaw []byte) error
 	if err := gb.Put(KeyGenerationMeta, bytes.Clone(metaRaw)); err != nil {
 		return fmt.Errorf("keep generation %d of table %q: %w", gen, table, err)
 	}
-	if err := gb.DeleteBucket(BucketGenerationCheckpoint); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+	if err := checkpoint.Keep(tx, table, gb); err != nil {
 		return fmt.Errorf("keep generation %d of table %q: %w", gen, table, err)
-	}
-	cpb, err := gb.CreateBucket(BucketGenerationCheckpoint)
-	if err != nil {
-		return fmt.Errorf("keep generation %d of table %q: %w", gen, table, err)
-	}
-	if root := tx.Bucket(BucketCheckpoints); root != nil {
-		if src := root.Bucket([]byte(table)); src != nil {
-			if err := copyBucket(cpb, src); err != nil {
-				return fmt.Errorf("keep generation %d of table %q: copy its checkpoint: %w", gen, table, err)
-			}
-		}
 	}
 	if err := gb.Put(KeyGenerationState, []byte(StateKept)); err != nil {
 		return fmt.Errorf("keep generation %d of table %q: %w", gen, table, err)
@@ -251,13 +228,11 @@ func KeptGenerations(tx *bolt.Tx, table string) ([]Kept, error) {
 	return out, nil
 }
 
-// KeptCheckpoint returns the copy of the table's checkpoint bucket kept
-// with generation gen (package checkpoint decodes it), or nil.
-func KeptCheckpoint(tx *bolt.Tx, gen uint64) *bolt.Bucket {
-	if gb := genBucket(tx, gen); gb != nil {
-		return gb.Bucket(BucketGenerationCheckpoint)
-	}
-	return nil
+// KeptCheckpoint returns the checkpoint of table kept with generation gen
+// in tx, as it was while gen was published; ok is false if gen is not there
+// or keeps none.
+func KeptCheckpoint(tx *bolt.Tx, table string, gen uint64) (cp checkpoint.Checkpoint, ok bool, err error) {
+	return checkpoint.LoadKept(genBucket(tx, gen), table)
 }
 
 // History returns table's kept generations, newest first; none is not an
@@ -265,14 +240,22 @@ func KeptCheckpoint(tx *bolt.Tx, gen uint64) *bolt.Bucket {
 func (db *DB) History(table string) ([]Kept, error) {
 	var out []Kept
 	err := db.view(func(tx *bolt.Tx) error {
-		if _, _, err := db.lookup(tx, table); err != nil {
-			return err
-		}
 		var err error
-		out, err = KeptGenerations(tx, table)
+		_, out, err = db.lookupHistory(tx, table)
 		return err
 	})
 	return out, err
+}
+
+// lookupHistory returns table's metadata and its kept generations (newest
+// first) in tx; a missing table is a *TableNotFoundError.
+func (db *DB) lookupHistory(tx *bolt.Tx, table string) (TableMeta, []Kept, error) {
+	cur, _, err := db.lookup(tx, table)
+	if err != nil {
+		return TableMeta{}, nil, err
+	}
+	kept, err := KeptGenerations(tx, table)
+	return cur, kept, err
 }
 
 // pruneKept keeps n of table's kept generations and drops the others,
@@ -359,11 +342,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 		return res, fmt.Errorf("roll back table %q in %s: %w", table, db.path, ErrReadOnly)
 	}
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		cur, _, err := db.lookup(tx, table)
-		if err != nil {
-			return err
-		}
-		kept, err := KeptGenerations(tx, table)
+		cur, kept, err := db.lookupHistory(tx, table)
 		if err != nil {
 			return err
 		}
@@ -386,24 +365,11 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 		if err := tables.Put([]byte(table), toRaw); err != nil {
 			return err
 		}
-		root, err := tx.CreateBucketIfNotExists(BucketCheckpoints)
-		if err != nil {
-			return err
+		if err := checkpoint.Restore(tx, table, gb); err != nil {
+			return fmt.Errorf("generation %d: %w", gen, err)
 		}
-		if err := root.DeleteBucket([]byte(table)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
-			return fmt.Errorf("replace the checkpoint: %w", err)
-		}
-		if src := gb.Bucket(BucketGenerationCheckpoint); src != nil {
-			dst, err := root.CreateBucket([]byte(table))
-			if err != nil {
-				return err
-			}
-			if err := copyBucket(dst, src); err != nil {
-				return fmt.Errorf("restore the checkpoint of generation %d: %w", gen, err)
-			}
-			if err := gb.DeleteBucket(BucketGenerationCheckpoint); err != nil {
-				return err
-			}
+		if err := checkpoint.Drop(gb); err != nil {
+			return fmt.Errorf("generation %d: %w", gen, err)
 		}
 		if err := gb.Delete(KeyGenerationMeta); err != nil {
 			return err
@@ -452,11 +418,7 @@ type DiffRange struct {
 func (db *DB) Diff(table string, from, to uint64, limit int, fn func(c Change) error) (DiffRange, error) {
 	var r DiffRange
 	err := db.view(func(tx *bolt.Tx) error {
-		cur, _, err := db.lookup(tx, table)
-		if err != nil {
-			return err
-		}
-		kept, err := KeptGenerations(tx, table)
+		cur, kept, err := db.lookupHistory(tx, table)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
 )
 
 // FormatVersion is the on-disk layout version written under
@@ -23,7 +25,8 @@ import (
 //	   remove them, so it must refuse the file
 const FormatVersion uint64 = 3
 
-// Every name this package (and package checkpoint) puts on disk lives here.
+// Every name this package puts on disk lives here, and where package
+// checkpoint's two (checkpoint.Bucket, checkpoint.KeptBucket) sit.
 //
 // Layout of a file:
 //
@@ -39,11 +42,13 @@ const FormatVersion uint64 = 3
 //	                                 "kept" once a later publish kept it (v3, Generation.Keep)
 //	        keys                  -> uint64 big-endian, rows at Publish (v2; absent while building)
 //	        meta                  -> kept only (v3): the table's TableMeta (JSON) as it was published
-//	        checkpoint/           kept only (v3): a copy of the table's checkpoint bucket, as it was
+//	        checkpoint/           kept only (v3): the table's checkpoint as it was (checkpoint.KeptBucket,
+//	                                 written by checkpoint.Keep, package checkpoint's layout)
 //	        rows/                 the table's rows: key -> value, as the fold wrote them
 //	        index/                fold-private namespaces, dropped with the generation
 //	            <index name>/     key -> value
-//	checkpoints/                  BucketCheckpoints, owned by package checkpoint
+//	checkpoints/                  BucketCheckpoints (checkpoint.Bucket), owned by package checkpoint:
+//	    <table name>/             one table's checkpoint (layout in package checkpoint's doc)
 //
 // A generation bucket that no entry in tables/ names is unpublished: it is a
 // rebuild in progress, or the leftover of one that crashed, and a read-write
@@ -60,9 +65,10 @@ var (
 	// BucketGenerations holds one nested bucket per generation, keyed by the
 	// generation number encoded with GenerationKey.
 	BucketGenerations = []byte("generations")
-	// BucketCheckpoints is package checkpoint's bucket; it is written in the
-	// same transaction as a publish.
-	BucketCheckpoints = []byte("checkpoints")
+	// BucketCheckpoints is package checkpoint's root bucket
+	// (checkpoint.Bucket, named there: its layout is checkpoint's); it is
+	// written in the same transaction as a publish.
+	BucketCheckpoints = checkpoint.Bucket
 
 	// KeyFormatVersion (in BucketMeta) is FormatVersion, big-endian uint64.
 	KeyFormatVersion = []byte("format_version")
@@ -84,11 +90,6 @@ var (
 	// table's TableMeta, JSON, as it was while the generation was
 	// published.
 	KeyGenerationMeta = []byte("meta")
-	// BucketGenerationCheckpoint (in a kept generation's bucket, since v3)
-	// is a copy of the table's bucket in BucketCheckpoints (package
-	// checkpoint's layout, copied as it is) as it was while the generation
-	// was published.
-	BucketGenerationCheckpoint = []byte("checkpoint")
 	// BucketRows (in a generation bucket) holds the table's rows.
 	BucketRows = []byte("rows")
 	// BucketIndex (in a generation bucket) holds one nested bucket per
@@ -102,7 +103,7 @@ var (
 // it finds:
 //
 //	FILE.runs/                    RunsDir: sorted runs of a rebuild's latest fold
-//	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runs.go)
+//	    <gen 16 hex>-<n 6>.run    RunPath: run n of generation gen (format in runfile.go)
 //	FILE.compact-<random>         CompactTempPrefix: a compaction's new file before its rename
 //	FILE.spool/                   SpoolDir: the daemon's spooled answers (package serve)
 //	    <random>.spool            SpoolSuffix: one answer, removed once sent

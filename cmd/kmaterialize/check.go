@@ -7,7 +7,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -43,7 +42,7 @@ Examples:
 				return err
 			}
 			r, err := store.Check(c.String("db"), &store.CheckOptions{
-				LockTimeout: lockTimeout(c), PageCheck: pageCheck, Table: checkpoint.CheckTable,
+				LockTimeout: lockTimeout(c), PageCheck: pageCheck, Table: store.CheckCheckpoint,
 			})
 			if err != nil {
 				return err

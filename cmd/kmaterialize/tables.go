@@ -132,7 +132,7 @@ func loadTables(db *store.DB) ([]tableInfo, error) {
 				return fmt.Errorf("table %q: %w", m.Name, err)
 			}
 			for _, k := range kept {
-				kcp, _, err := checkpoint.LoadKept(tx, m.Name, k.Generation)
+				kcp, _, err := store.KeptCheckpoint(tx, m.Name, k.Generation)
 				if err != nil {
 					return fmt.Errorf("checkpoint of kept generation %d of table %q: %w", k.Generation, m.Name, err)
 				}

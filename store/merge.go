@@ -1,0 +1,218 @@
+// The k-way merge: Sorted streams (run files, the fold's held rows, a base
+// generation's rows) merged into one, newest row winning or a Combine making
+// each key's row, and WriteMerged, which writes that merge into an empty
+// generation through the sorted writer (sortedwrite.go).
+
+package store
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sorted is a stream of rows in strictly ascending key order, the way a
+// rebuild hands rows to the store when it sorts them itself (fold.Latest's
+// held rows, a run file). A nil value is a tombstone: the key is deleted;
+// an empty, non-nil value is a present empty value. The key and value Next
+// returns are only valid until the following call.
+type Sorted interface {
+	Next() (key, value []byte, ok bool, err error)
+}
+
+// errUnsorted is returned when rows handed to SpillRun or WriteMerged are
+// not in strictly ascending key order: a bug of the caller.
+var errUnsorted = errors.New("rows not in strictly ascending key order")
+
+// Combine makes the one row written for a key from the rows the key has
+// in the merged sources, values[0] from the oldest source (a nil value is
+// a tombstone). It is called once per key, in ascending key order, from
+// the merge's goroutine; the key and values are valid only during the
+// call, and the value returned until the next call. A nil value leaves the
+// key out; an error stops the merge.
+type Combine func(key []byte, values [][]byte) ([]byte, error)
+
+// merge is the k-way merge of sorted sources into one Sorted. Without a
+// combine, for a key in several sources, the last source's row wins
+// (sources are given oldest first), and a winning tombstone drops the key;
+// with one, combine makes the key's row from all of them.
+type merge struct {
+	h       mergeHeap
+	advance []*mergeCursor // the last key's cursors, advanced at the next call
+	combine Combine
+	vals    [][]byte // combine's argument, reused
+}
+
+type mergeCursor struct {
+	src      Sorted
+	idx      int // position in the source list: higher is newer
+	key, val []byte
+	prev     []byte // the previous key, to check the order (the source reuses key)
+	started  bool
+}
+
+type mergeHeap []*mergeCursor
+
+func (h mergeHeap) Len() int { return len(h) }
+func (h mergeHeap) Less(i, j int) bool {
+	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
+		return c < 0
+	}
+	return h[i].idx > h[j].idx // the newest first among equal keys
+}
+func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(*mergeCursor)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// newMerge returns the merge of sources, oldest first; combine may be
+// nil (the newest row wins).
+func newMerge(sources []Sorted, combine Combine) (*merge, error) {
+	m := &merge{combine: combine}
+	for i, s := range sources {
+		c := &mergeCursor{src: s, idx: i}
+		ok, err := c.next()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			m.h = append(m.h, c)
+		}
+	}
+	heap.Init(&m.h)
+	return m, nil
+}
+
+func (c *mergeCursor) next() (bool, error) {
+	if c.started {
+		c.prev = append(c.prev[:0], c.key...)
+	}
+	k, v, ok, err := c.src.Next()
+	if err != nil || !ok {
+		return false, err
+	}
+	if c.started && bytes.Compare(c.prev, k) >= 0 {
+		return false, fmt.Errorf("merge source %d: %w: key %q after %q", c.idx, errUnsorted, k, c.prev)
+	}
+	c.started = true
+	c.key, c.val = k, v
+	return true, nil
+}
+
+func (m *merge) Next() (key, value []byte, ok bool, err error) {
+	for {
+		for _, c := range m.advance {
+			more, err := c.next()
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if more {
+				heap.Push(&m.h, c)
+			}
+		}
+		m.advance = m.advance[:0]
+		if len(m.h) == 0 {
+			return nil, nil, false, nil
+		}
+		w := heap.Pop(&m.h).(*mergeCursor)
+		m.advance = append(m.advance, w)
+		if m.combine != nil {
+			// Every source's row of the key, oldest first (the heap pops
+			// the newest first among equal keys).
+			for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
+				m.advance = append(m.advance, heap.Pop(&m.h).(*mergeCursor))
+			}
+			m.vals = m.vals[:0]
+			for i := len(m.advance) - 1; i >= 0; i-- {
+				m.vals = append(m.vals, m.advance[i].val)
+			}
+			v, err := m.combine(w.key, m.vals)
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
+			}
+			if v == nil {
+				continue
+			}
+			return w.key, v, true, nil
+		}
+		// Older rows of the same key lose: skip them.
+		for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
+			c := m.h[0]
+			more, err := c.next()
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if more {
+				heap.Fix(&m.h, 0)
+			} else {
+				heap.Pop(&m.h)
+			}
+		}
+		if w.val == nil {
+			continue // a tombstone: the key is deleted
+		}
+		return w.key, w.val, true, nil
+	}
+}
+
+// WriteMerged writes the rows of the generation's run files (oldest first)
+// merged with mem (the newest rows, not yet spilled; may be nil) into its
+// rows bucket, which must be empty: for a key in several sources the newest
+// row wins, and a winning tombstone leaves the key out. Rows go in in key
+// order, committed in blocks of up to mergeCommitBytes, so bbolt only ever
+// appends to the tree, filling whole pages. The keys are counted as they
+// are written, and Publish records that count instead of walking the tree.
+// The run files are removed whatever happens. A canceled ctx stops the
+// merge between two commits with ctx's error.
+func (g *Generation) WriteMerged(ctx context.Context, mem Sorted) error {
+	return g.writeMerged(ctx, 0, mem, nil, nil)
+}
+
+// WriteMergedIndex is WriteMerged into the generation's private index
+// name (the one Rows.Index returns), which must be empty, with
+// combine making each key's row from all of its sources' rows: for an
+// index whose entries accumulate (the count fold's identities) rather than
+// replace each other. The index's keys are not rows and are not counted.
+func (g *Generation) WriteMergedIndex(ctx context.Context, name string, mem Sorted, combine Combine) error {
+	if name == "" || combine == nil {
+		defer g.removeRuns()
+		return fmt.Errorf("merge into generation %d of table %q: index name %q or no combine: %w", g.id, g.table, name, ErrInvalidName)
+	}
+	return g.writeMerged(ctx, 0, mem, []byte(name), combine)
+}
+
+// writeMerged merges the rows of generation base (0: none; WriteMergedOver),
+// the run files and mem, oldest first, into the rows bucket (index nil) or
+// the index bucket index.
+func (g *Generation) writeMerged(ctx context.Context, base uint64, mem Sorted, index []byte, combine Combine) error {
+	defer g.removeRuns()
+	if g.done {
+		return fmt.Errorf("write generation %d of table %q: %w", g.id, g.table, ErrGenerationDone)
+	}
+	runs, closeRuns, err := g.openRuns()
+	if err != nil {
+		return err
+	}
+	defer closeRuns()
+	sources := make([]Sorted, 0, len(runs)+2) // a base, the runs, mem
+	over := ""
+	if base != 0 {
+		sources = append(sources, &baseRows{db: g.db, gen: base})
+		over = fmt.Sprintf(" over generation %d", base)
+	}
+	sources = append(sources, runs...)
+	if mem != nil {
+		sources = append(sources, mem)
+	}
+	m, err := newMerge(sources, combine)
+	if err != nil {
+		return fmt.Errorf("merge generation %d of table %q%s: %w", g.id, g.table, over, err)
+	}
+	return g.writeSorted(ctx, m, index)
+}
