@@ -26,7 +26,13 @@ import (
 
 var broker *localkafka.Broker
 
-func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
+func TestMain(m *testing.M) {
+	code := localkafka.RunTests(m, &broker)
+	if fpDir != "" { // the failpoints binary (process_test.go)
+		_ = os.RemoveAll(fpDir)
+	}
+	os.Exit(code)
+}
 
 // ledger fills a source topic with n records over parts partitions (each
 // record unique, with a header), ending partition 0 with a committed

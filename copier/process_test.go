@@ -30,22 +30,22 @@ import (
 
 var (
 	fpOnce     sync.Once
+	fpDir      string // removed by TestMain
 	fpBinary   string
 	fpBuildErr error
 )
 
 // failpointBinary builds cmd/kmaterialize with -tags failpoints once per
-// test binary, into a directory removed when the process ends (each test
-// that uses it registers nothing: the build cache makes a rebuild cheap, and
-// the directory is under os.TempDir with the test binary's pid).
+// test binary, into a temporary directory that TestMain removes.
 func failpointBinary(t *testing.T) string {
 	t.Helper()
 	fpOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("kmaterialize-copier-test-%d", os.Getpid()))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		dir, err := os.MkdirTemp("", "kmaterialize-copier-test-")
+		if err != nil {
 			fpBuildErr = err
 			return
 		}
+		fpDir = dir
 		fpBinary = filepath.Join(dir, "kmaterialize-failpoints")
 		out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", fpBinary,
 			"github.com/kmaterialize/kmaterialize/cmd/kmaterialize").CombinedOutput()
