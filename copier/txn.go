@@ -51,7 +51,7 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 		// there to take the all-or-nothing path on the cluster, records
 		// in the destination's log and then aborted, not discarded in
 		// the client. (Without this flush most batches never left it.)
-		if err := r.flush(ctx); err != nil {
+		if err := r.flush(); err != nil {
 			return err
 		}
 		if err := r.abortCall(ctx); err != nil {
@@ -124,14 +124,14 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 // flush waits until the producer has sent everything handed to it (each
 // record is acknowledged by the broker or has failed), for at most
 // StallTimeout.
-func (r *copyRun) flush(ctx context.Context) error {
+func (r *copyRun) flush() error {
 	deadline := time.Now().Add(r.c.StallTimeout)
 	for {
 		left := r.p.Flush(100)
 		if left == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if time.Now().After(deadline) {
 			return fmt.Errorf("send the transaction's records to %s before aborting it: %d still not acknowledged after %s",
 				r.c.To, left, r.c.StallTimeout)
 		}
