@@ -24,8 +24,9 @@ type Config struct {
 	// Follow keeps copying until the context ends, instead of stopping at
 	// the end offsets captured at start.
 	Follow bool
-	// Abort produces each batch and aborts it: nothing becomes visible to
-	// read_committed readers and the group does not advance.
+	// Abort produces each batch, waits until the broker has it, and
+	// aborts it: nothing becomes visible to read_committed readers and the
+	// group does not advance.
 	Abort bool
 	// Repartition places records by key with the Java-compatible
 	// murmur2_random partitioner instead of keeping partition numbers.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,7 +26,13 @@ import (
 
 var broker *localkafka.Broker
 
-func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
+func TestMain(m *testing.M) {
+	code := localkafka.RunTests(m, &broker)
+	if fpDir != "" { // the failpoints binary (process_test.go)
+		_ = os.RemoveAll(fpDir)
+	}
+	os.Exit(code)
+}
 
 // ledger fills a source topic with n records over parts partitions (each
 // record unique, with a header), ending partition 0 with a committed
@@ -35,9 +42,7 @@ func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
 func ledger(t *testing.T, topic string, parts int32, n int) []string {
 	t.Helper()
 	ctx := context.Background()
-	if err := broker.CreateTopic(topic, parts, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, parts, nil)
 	var recs []localkafka.Record
 	var want []string
 	for i := 0; i < n; i++ {
@@ -76,11 +81,7 @@ func readCommitted(t *testing.T, topic string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends := map[int32]int64{}
-	for _, pi := range broker.Cluster.PartitionInfos(topic) {
-		ends[pi.Partition] = pi.HighWatermark
-	}
-	recs, err := broker.ReadCommitted(ctx, topic, ends)
+	recs, err := broker.ReadCommitted(ctx, topic, highs(t, topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,19 +95,73 @@ func readCommitted(t *testing.T, topic string) []string {
 	return got
 }
 
+// groupOffsets returns group's committed offsets on topic (OffsetFetch of
+// that group alone: on a real Kafka the groups of earlier runs stay).
 func groupOffsets(t *testing.T, group, topic string) map[int32]int64 {
 	t.Helper()
-	all, err := broker.GroupOffsets(context.Background())
+	adm, done := admin(t)
+	defer done()
+	offs, err := adm.FetchOffsets(context.Background(), group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil // kfake, before the group's first commit (Kafka: no offsets)
+	}
+	if err != nil {
+		t.Fatalf("fetch offsets of group %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			out[o.Partition] = o.At
+		}
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// admin is a kadm client of the test's broker.
+func admin(t *testing.T) (*kadm.Client, func()) {
+	t.Helper()
+	cl, err := broker.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return all[group][topic]
+	return kadm.NewClient(cl), cl.Close
 }
 
-func highs(topic string) map[int32]int64 {
+// awaitGroupStable waits until group is Stable with n members, through
+// DescribeGroups (kfake's WaitGroupStable on both brokers' protocol).
+func awaitGroupStable(t *testing.T, group string, n int, timeout time.Duration) kadm.DescribedGroup {
+	t.Helper()
+	adm, done := admin(t)
+	defer done()
+	var last kadm.DescribedGroup
+	awaitCond(t, timeout, fmt.Sprintf("group %s Stable with %d members", group, n), func() bool {
+		gs, err := adm.DescribeGroups(context.Background(), group)
+		if err != nil {
+			return false
+		}
+		last = gs[group]
+		return last.Err == nil && last.State == "Stable" && len(last.Members) == n
+	})
+	return last
+}
+
+// highs returns each partition's high watermark (ListOffsets, on both
+// brokers).
+func highs(t *testing.T, topic string) map[int32]int64 {
+	t.Helper()
+	marks, err := broker.Marks(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[int32]int64{}
-	for _, pi := range broker.Cluster.PartitionInfos(topic) {
-		out[pi.Partition] = pi.HighWatermark
+	for p, m := range marks {
+		out[p] = m.High
 	}
 	return out
 }
@@ -143,9 +198,7 @@ func TestCopyExactlyOnce(t *testing.T) {
 	src := uniq(t, "ledger-a")
 	dst := src + "-copy"
 	want := ledger(t, src, 3, 400)
-	if err := broker.CreateTopic(dst, 3, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 3, nil)
 	sum, err := copier.Run(context.Background(), cfg(t, src, dst))
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +209,7 @@ func TestCopyExactlyOnce(t *testing.T) {
 	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(highs(src), groupOffsets(t, dst+"-group", src)); diff != "" {
+	if diff := cmp.Diff(highs(t, src), groupOffsets(t, dst+"-group", src)); diff != "" {
 		t.Fatalf("group offsets vs source end offsets (-want +got):\n%s", diff)
 	}
 	verifyClean(t, src, dst)
@@ -172,9 +225,7 @@ func TestAbortThenCopy(t *testing.T) {
 	src := uniq(t, "ledger-b")
 	dst := src + "-copy"
 	want := ledger(t, src, 2, 200)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 2, nil)
 	c := cfg(t, src, dst)
 	c.Abort = true
 	sum, err := copier.Run(context.Background(), c)
@@ -186,6 +237,10 @@ func TestAbortThenCopy(t *testing.T) {
 	}
 	if got := readCommitted(t, dst); len(got) != 0 {
 		t.Fatalf("aborted records visible: %d", len(got))
+	}
+	// They are in the log, every one once: read_committed left them out.
+	if n := len(readUncommitted(t, dst)); n != len(want) {
+		t.Fatalf("the destination's log holds %d records after --abort, want the %d produced and aborted", n, len(want))
 	}
 	if offs := groupOffsets(t, dst+"-group", src); len(offs) != 0 {
 		t.Fatalf("abort advanced the group: %v", offs)
@@ -208,9 +263,7 @@ func TestDestinationTooSmall(t *testing.T) {
 	src := uniq(t, "ledger-c")
 	dst := src + "-copy"
 	ledger(t, src, 3, 10)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 2, nil)
 	_, err := copier.Run(context.Background(), cfg(t, src, dst))
 	if !errors.Is(err, copier.ErrBadDestination) {
 		t.Fatalf("err = %v, want ErrBadDestination", err)
@@ -221,9 +274,7 @@ func TestRepartition(t *testing.T) {
 	src := uniq(t, "ledger-r")
 	dst := src + "-copy"
 	want := ledger(t, src, 3, 90)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 2, nil)
 	c := cfg(t, src, dst)
 	c.Repartition = true
 	if _, err := copier.Run(context.Background(), c); err != nil {
@@ -255,10 +306,8 @@ func TestRepartition(t *testing.T) {
 func TestFencing(t *testing.T) {
 	src := uniq(t, "ledger-f")
 	dst := src + "-copy"
-	ledger(t, src, 2, 300)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	want := ledger(t, src, 2, 300)
+	broker.TestTopic(t, dst, 2, nil)
 	first := cfg(t, src, dst)
 	first.Follow = true
 	first.BatchRecords = 5
@@ -287,6 +336,11 @@ func TestFencing(t *testing.T) {
 	if !errors.Is(firstErr, copier.ErrFenced) {
 		t.Fatalf("first copier ended with %v, want ErrFenced", firstErr)
 	}
+	// Nothing of the fenced copier's open transaction is visible, and
+	// nothing is doubled.
+	if diff := cmp.Diff(want, readCommitted(t, dst)); diff != "" {
+		t.Fatalf("destination (-source +destination):\n%s", diff)
+	}
 	verifyClean(t, src, dst)
 }
 
@@ -310,6 +364,7 @@ const (
 // and asserts its class exactly (see faultClass), with the fault's hits
 // counted so that no case passes without its fault.
 func TestBrokerFaults(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	txn := func(k kmsg.Key, e *kerr.Error, n int) kfake.Fault {
 		return kfake.Fault{Keys: []kmsg.Key{k}, Err: e, TopLevel: true, Count: n}
 	}
@@ -341,9 +396,7 @@ func TestBrokerFaults(t *testing.T) {
 			from := uniq(t, "faults")
 			to := from + "-copy"
 			want := ledger(t, from, 2, 120)
-			if err := broker.CreateTopic(to, 2, nil); err != nil {
-				t.Fatal(err)
-			}
+			broker.TestTopic(t, to, 2, nil)
 			c := cfg(t, from, to)
 			fc := tc.fault
 			if fc.Keys[0] == kmsg.Produce {
@@ -391,7 +444,7 @@ func TestBrokerFaults(t *testing.T) {
 			if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
 				t.Fatalf("destination (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(highs(from), groupOffsets(t, c.Group, from)); diff != "" {
+			if diff := cmp.Diff(highs(t, from), groupOffsets(t, c.Group, from)); diff != "" {
 				t.Fatalf("group offsets vs source end offsets (-want +got):\n%s", diff)
 			}
 		})
@@ -404,12 +457,11 @@ func TestBrokerFaults(t *testing.T) {
 // same sequence numbers, so the broker deduplicates it: exact output, no
 // abort.
 func TestProduceTimedOutButApplied(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	from := uniq(t, "applied")
 	to := from + "-copy"
 	want := ledger(t, from, 2, 60)
-	if err := broker.CreateTopic(to, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, to, 2, nil)
 	var (
 		mu              sync.Mutex
 		held, retried   bool
@@ -479,9 +531,7 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 		src = append(src, localkafka.Record{Partition: int32(i % 2), Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("v", i))})
 	}
 	for _, tpc := range []string{vsrc, vdst} {
-		if err := broker.CreateTopic(tpc, 2, nil); err != nil {
-			t.Fatal(err)
-		}
+		broker.TestTopic(t, tpc, 2, nil)
 	}
 	if _, err := broker.Produce(ctx, vsrc, src); err != nil {
 		t.Fatal(err)
@@ -519,12 +569,11 @@ func TestVerifyCatchesMissingAndDuplicated(t *testing.T) {
 // copier's call timeout: the commit's outcome is unknown, so it must be
 // retried as a commit (no abort, no redo) and the copy stays exactly-once.
 func TestCommitTimeoutRetriedAsCommit(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	src := uniq(t, "ledger-t")
 	dst := src + "-copy"
 	want := ledger(t, src, 2, 60)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 2, nil)
 	var once sync.Once
 	var delayed atomic.Bool // set by the broker's control goroutine
 	broker.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -567,6 +616,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func (s *syncBuffer) Contains(sub string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -579,12 +634,11 @@ func (s *syncBuffer) Contains(sub string) bool {
 // stop with ErrFenced (not hang in the consumer's Close) and the destination
 // stays exactly-once.
 func TestFencedWhileCommitting(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	src := uniq(t, "ledger-h")
 	dst := src + "-copy"
 	ledger(t, src, 2, 100)
-	if err := broker.CreateTopic(dst, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, dst, 2, nil)
 	release := make(chan struct{})
 	held := make(chan struct{})
 	var once sync.Once
@@ -643,11 +697,10 @@ func TestFencedWhileCommitting(t *testing.T) {
 // transaction), fails to produce; the abort must rewind partition 1 too, or
 // its first record is skipped while the group commits past it.
 func TestAbortRewindsPartitionNewToTransaction(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	from, to := uniq(t, "repro-src"), uniq(t, "repro-dst")
 	for _, tpc := range []string{from, to} {
-		if err := broker.CreateTopic(tpc, 2, nil); err != nil {
-			t.Fatal(err)
-		}
+		broker.TestTopic(t, tpc, 2, nil)
 	}
 	ctx := context.Background()
 	if _, err := broker.Produce(ctx, from, []localkafka.Record{{Partition: 0, Key: []byte("p0"), Value: []byte("p0-0")}}); err != nil {
@@ -724,9 +777,7 @@ func TestRebalanceBetweenCopiers(t *testing.T) {
 	to := from + "-copy"
 	const parts = 4
 	want := ledger(t, from, parts, 200)
-	if err := broker.CreateTopic(to, parts, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, to, parts, nil)
 	a := cfg(t, from, to)
 	a.Follow, a.BatchRecords, a.BatchInterval = true, 5, 50*time.Millisecond
 	b := a
@@ -750,11 +801,7 @@ func TestRebalanceBetweenCopiers(t *testing.T) {
 		return len(groupOffsets(t, a.Group, from)) > 0
 	})
 	doneB := start(b)
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer wcancel()
-	if _, err := broker.Cluster.WaitGroupStable(wctx, a.Group, 2); err != nil {
-		t.Fatalf("the group never had both copiers: %v", err)
-	}
+	awaitGroupStable(t, a.Group, 2, 60*time.Second)
 	// Records produced after the rebalance land on every partition, so
 	// both copiers have some to copy.
 	var more []localkafka.Record
@@ -769,7 +816,7 @@ func TestRebalanceBetweenCopiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitCond(t, 60*time.Second, "the group to commit the source's end", func() bool {
-		return cmp.Equal(highs(from), groupOffsets(t, a.Group, from))
+		return cmp.Equal(highs(t, from), groupOffsets(t, a.Group, from))
 	})
 	cancel()
 	ra, rb := <-doneA, <-doneB
@@ -798,9 +845,7 @@ func TestRetentionGapIsLogged(t *testing.T) {
 	from := uniq(t, "retention")
 	to := from + "-copy"
 	for _, tpc := range []string{from, to} {
-		if err := broker.CreateTopic(tpc, 1, nil); err != nil {
-			t.Fatal(err)
-		}
+		broker.TestTopic(t, tpc, 1, nil)
 	}
 	ctx := context.Background()
 	batch := func(lo, hi int) []localkafka.Record {
@@ -820,7 +865,7 @@ func TestRetentionGapIsLogged(t *testing.T) {
 	if _, err := broker.Produce(ctx, from, batch(10, 20)); err != nil {
 		t.Fatal(err)
 	}
-	if err := broker.Cluster.DeleteRecords(from, 0, 15); err != nil {
+	if err := broker.DeleteRecords(ctx, from, 0, 15); err != nil {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
@@ -847,12 +892,11 @@ func TestRetentionGapIsLogged(t *testing.T) {
 // (librdkafka's remaining transaction timeout bounds it), not give up and
 // retry.
 func TestAbortNotCutShortByCallTimeout(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	from := uniq(t, "slowabort")
 	to := from + "-copy"
 	want := ledger(t, from, 2, 40)
-	if err := broker.CreateTopic(to, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, to, 2, nil)
 	c := cfg(t, from, to)
 	c.CallTimeout = 200 * time.Millisecond
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: to, Err: kerr.InvalidRecord, Count: 1})
@@ -897,13 +941,12 @@ func TestAbortNotCutShortByCallTimeout(t *testing.T) {
 // on the word of that EOF: it re-reads from its last record, copies the
 // record, and only then commits the end.
 func TestEOFPastUndeliveredRecordIsReread(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	ctx := context.Background()
 	from := uniq(t, "eofgap")
 	to := from + "-copy"
 	for _, tpc := range []string{from, to} {
-		if err := broker.CreateTopic(tpc, 1, nil); err != nil {
-			t.Fatal(err)
-		}
+		broker.TestTopic(t, tpc, 1, nil)
 	}
 	// Offset 0: a plain record; then "last" in a committed transaction
 	// (offset 1, or later if franz-go aborted a first attempt and
@@ -917,7 +960,7 @@ func TestEOFPastUndeliveredRecordIsReread(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := offs[0]
-	if h := highs(from); h[0] != last+2 {
+	if h := highs(t, from); h[0] != last+2 {
 		t.Fatalf("source high watermark %d, want %d (the commit marker after the record at %d)", h[0], last+2, last)
 	}
 
@@ -974,7 +1017,7 @@ func TestEOFPastUndeliveredRecordIsReread(t *testing.T) {
 	if diff := cmp.Diff(want, readCommitted(t, to)); diff != "" {
 		t.Fatalf("destination (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(highs(from), groupOffsets(t, c.Group, from)); diff != "" {
+	if diff := cmp.Diff(highs(t, from), groupOffsets(t, c.Group, from)); diff != "" {
 		t.Fatalf("group offsets vs source end offsets (-want +got):\n%s", diff)
 	}
 	if sum.Records != 2 || sum.EOFRereads != 1 {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kmaterialize/kmaterialize/internal/failpoint"
 )
 
 // The transaction state machine. A copier is either between transactions
@@ -44,6 +46,14 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 	// interrupted commit has an unknown outcome.
 	ctx = context.WithoutCancel(ctx)
 	if r.c.Abort {
+		// The batch goes to the broker before it is aborted: librdkafka
+		// purges at an abort whatever it has not sent yet, and --abort is
+		// there to take the all-or-nothing path on the cluster, records
+		// in the destination's log and then aborted, not discarded in
+		// the client. (Without this flush most batches never left it.)
+		if err := r.flush(); err != nil {
+			return err
+		}
 		if err := r.abortCall(ctx); err != nil {
 			return r.classifyFatal("abort transaction", err)
 		}
@@ -55,6 +65,11 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 		}
 		r.progress = time.Now()
 		return nil
+	}
+	if r.batch > 0 {
+		// A crash here leaves an open transaction: aborted by the next
+		// copier with this transactional id, its records copied again.
+		failpoint.Hit(failpoint.CopyProduced)
 	}
 	var offsets []kafka.TopicPartition
 	for _, p := range r.parts {
@@ -74,6 +89,8 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 			return r.txnFailure(ctx, "send offsets to transaction", err)
 		}
 	}
+	// A crash here aborts the pending offsets with the records.
+	failpoint.Hit(failpoint.CopyCommitBefore)
 	// A commit that fails retriably (a timeout among them) has an unknown
 	// outcome: retry it as a commit, never abort it.
 	if err := r.retry(ctx, "commit transaction", r.p.CommitTransaction); err != nil {
@@ -87,6 +104,8 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 		}
 		return r.txnFailure(ctx, "commit transaction", err)
 	}
+	// A crash here leaves the transaction committed, group included.
+	failpoint.Hit(failpoint.CopyCommitAfter)
 	for _, tp := range offsets {
 		r.parts[tp.Partition].committedTo(int64(tp.Offset))
 	}
@@ -100,6 +119,23 @@ func (r *copyRun) endTxn(ctx context.Context) error {
 	r.inTxn, r.batch = false, 0
 	r.progress = time.Now()
 	return nil
+}
+
+// flush waits until the producer has sent everything handed to it (each
+// record is acknowledged by the broker or has failed), for at most
+// StallTimeout.
+func (r *copyRun) flush() error {
+	deadline := time.Now().Add(r.c.StallTimeout)
+	for {
+		left := r.p.Flush(100)
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("send the transaction's records to %s before aborting it: %d still not acknowledged after %s",
+				r.c.To, left, r.c.StallTimeout)
+		}
+	}
 }
 
 // retry calls fn, each attempt bounded by CallTimeout, until it succeeds,

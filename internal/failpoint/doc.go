@@ -67,6 +67,28 @@ const (
 	// with its checkpoint at the follower's last commit; the next
 	// read-write open removes the unpublished generation.
 	CatchUpPaused = "catch-up-paused"
+
+	// The copier's transaction points (package copier, endTxn). None
+	// touches a file: a crash at each leaves Kafka's state, which the
+	// next copier with the same transactional id resolves.
+	//
+	// CopyProduced is when a transaction holding records ends, after
+	// its records were handed to the producer (librdkafka sends them on
+	// its own threads meanwhile), before the group's positions are sent
+	// to the transaction. A crash leaves an open transaction in the
+	// destination and the group at the last commit; the next copier's
+	// InitTransactions aborts it (or the transaction timeout does) and
+	// copies those records again.
+	CopyProduced = "copy-produced"
+	// CopyCommitBefore is after the positions were sent to the
+	// transaction (TxnOffsetCommit, pending), before CommitTransaction.
+	// A crash leaves the same as CopyProduced: the pending offsets are
+	// aborted with the records.
+	CopyCommitBefore = "copy-commit-before"
+	// CopyCommitAfter is just after CommitTransaction returned. A crash
+	// leaves the transaction committed: its records visible and the
+	// group at its positions; the next copier goes on from there.
+	CopyCommitAfter = "copy-commit-after"
 )
 
 // Environment variables read by the failpoints build.
