@@ -699,7 +699,7 @@ func TestFailpointsNotShipped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []string{failpoint.EnvPoint, failpoint.FoldCommitBefore, failpoint.PublishDropOld, failpoint.CatchUpPaused, "internal/failpoint"} {
+		for _, s := range []string{failpoint.EnvPoint, failpoint.FoldCommitBefore, failpoint.PublishDropOld, failpoint.CatchUpPaused, failpoint.CopyProduced, failpoint.CopyCommitBefore, failpoint.CopyCommitAfter, "internal/failpoint"} {
 			if got := bytes.Contains(b, []byte(s)); got != c.want {
 				t.Errorf("%s contains %q: %v, want %v", filepath.Base(c.bin), s, got, c.want)
 			}
