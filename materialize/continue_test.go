@@ -15,11 +15,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kgo"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
@@ -37,45 +40,48 @@ func (r *followRig) onTopic(topic string) *followRig {
 }
 
 // compactedTopic creates a one-partition compacted topic with
-// delete.retention.ms=ms.
+// delete.retention.ms=ms, configured so that Kafka's log cleaner compacts
+// it promptly (localkafka.CompactedConfig).
 func compactedTopic(t *testing.T, ms string) string {
 	t.Helper()
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	name := fmt.Sprintf("%s-%d-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
-	broker.TestTopic(t, name, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": ms})
+	broker.TestTopic(t, name, 1, localkafka.CompactedConfig(time.Duration(n)*time.Millisecond))
 	return name
 }
 
-// awaitGone compacts topic until its partition 0 no longer holds a record
-// at off, read by an independent client up to the high watermark. kfake
-// removes a tombstone once delete.retention.ms has passed since its
-// timestamp, and never compacts the last batch. It is kfake-only: Kafka's
-// log cleaner needs the segment roll and delete-horizon procedure of its
-// own test.
-func awaitGone(t *testing.T, topic string, off int64) {
+// awaitGone waits until compaction has removed offs from topic's
+// partition 0 (broker.AwaitCompacted: filler appended, kfake compacted on
+// demand, Kafka's log cleaner awaited), then shows it with a read of its
+// own, and returns the records the partition holds: the compacted log.
+func awaitGone(t *testing.T, topic string, offs ...int64) []*kgo.Record {
 	t.Helper()
-	localkafka.KfakeOnly(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		broker.Cluster.Compact()
-		high := broker.Cluster.PartitionInfo(topic, 0).HighWatermark
-		recs, err := broker.ReadCommitted(context.Background(), topic, map[int32]int64{0: high})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gone := true
-		for _, rec := range recs[0] {
-			if rec.Offset == off {
-				gone = false
-			}
-		}
-		if gone {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("compaction did not remove offset %d of %s", off, topic)
-		}
-		time.Sleep(20 * time.Millisecond)
+	c, err := broker.AwaitCompacted(context.Background(), topic, 0, offs...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var first, last time.Duration = -1, 0
+	for _, d := range c.Gone {
+		if first < 0 || d < first {
+			first = d
+		}
+		last = max(last, d)
+	}
+	t.Logf("compaction removed %d offsets: the first gone after %s, the last after %s (%d filler records)",
+		len(offs), first.Round(time.Millisecond), last.Round(time.Millisecond), len(c.Fillers))
+	recs, err := broker.ReadCommitted(context.Background(), topic, map[int32]int64{0: c.High})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs[0] {
+		if slices.Contains(offs, rec.Offset) {
+			t.Fatalf("offset %d of %s is still in the log", rec.Offset, topic)
+		}
+	}
+	return recs[0]
 }
 
 // produceTombstoneAfter writes a tombstone for key and then two more
@@ -143,12 +149,14 @@ func loadCheckpoint(t *testing.T, db *store.DB, table string) checkpoint.Checkpo
 // meanwhile was compacted away, so following from the checkpoint would
 // keep k1 forever. The follower refuses at its start, naming the
 // retention, and the table is unchanged; the rebuild rebuild_if_needed
-// runs has no k1 (the oracle over every record produced).
+// runs has no k1 (the oracle over every record produced, and the fold of
+// the compacted log). It runs on both brokers: on Kafka the log cleaner
+// removes the tombstone (awaitGone).
 func TestFollowStaleAfterDowntime(t *testing.T) {
 	r := newFollowRig(t, 1, materialize.Spec{Name: "cfg"}).onTopic(compactedTopic(t, "1"))
 	r.produce([]localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}})
 	r.rebuild()
-	awaitGone(t, r.topic, r.produceTombstoneAfter("k1"))
+	log := awaitGone(t, r.topic, r.produceTombstoneAfter("k1"))
 	before := r.rows()
 	if before["k1"] != "a" {
 		t.Fatalf("rows %v: want k1 before the tombstone", before)
@@ -161,6 +169,9 @@ func TestFollowStaleAfterDowntime(t *testing.T) {
 	r.rebuild()
 	if got, want := r.rows(), r.latestOracle(); !cmp.Equal(got, want) || got["k1"] != "" {
 		t.Fatalf("after the rebuild (-oracle +table):\n%s", cmp.Diff(want, got))
+	}
+	if got, want := r.rows(), foldLog(log); !cmp.Equal(got, want) {
+		t.Fatalf("after the rebuild (-compacted log's fold +table):\n%s", cmp.Diff(want, got))
 	}
 }
 
