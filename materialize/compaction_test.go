@@ -95,7 +95,9 @@ func TestRebuildCompactedLog(t *testing.T) {
 	if got := r.rows(); !cmp.Equal(got, oracle) {
 		t.Fatalf("rebuild (-log's fold +table):\n%s", cmp.Diff(oracle, got))
 	}
-	high := marksOf(t, r.topic)[0].High
+	marks := marksOf(t, r.topic)[0]
+	high := marks.High
+	t.Logf("the log holds %d records over offsets %d..%d (retained low %d, first record %d)", len(log), marks.Low, high, marks.Low, log[0].Offset)
 	if end := rep.Checkpoint.Partitions[0].End; end != high {
 		t.Fatalf("the rebuild ended at %d, the high watermark is %d", end, high)
 	}

@@ -458,6 +458,61 @@ func TestFollowRecreatedTopic(t *testing.T) {
 	}
 }
 
+// TestUpdateRecreatedTopic: the table's topic is deleted and created again
+// (its ID changes, shown first) and grows past the checkpoint, so only the
+// topic ID tells: the update is refused (a *StaleCheckpointError, exit 4)
+// naming both IDs and the table is unchanged; with RebuildIfNeeded the
+// table is the fold of the new topic's records only.
+func TestUpdateRecreatedTopic(t *testing.T) {
+	rng := testRand(t)
+	r := newFollowRig(t, 1, materialize.Spec{Name: "re"})
+	r.produce(randomRecords(rng, 1, 30, "a"))
+	r.rebuild()
+	before := r.rows()
+	cpEnd := loadCheckpoint(t, r.db, "re").Partitions[0].End
+	was, now := recreate(t, r.topic, 1)
+	if cp := loadCheckpoint(t, r.db, "re"); cp.TopicID != was {
+		t.Fatalf("checkpoint topic ID %x, the deleted topic's %x", cp.TopicID, was)
+	}
+	fresh := randomRecords(rng, 1, 60, "b")
+	if _, err := broker.Produce(context.Background(), r.topic, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if high := marksOf(t, r.topic)[0].High; high <= cpEnd {
+		t.Fatalf("the new topic's high watermark %d is not past the checkpoint %d", high, cpEnd)
+	}
+	update := func(rebuild bool) (materialize.Report, error) {
+		return materialize.Update(context.Background(), materialize.UpdateOptions{
+			DB: r.db, Table: "re", Brokers: broker.Addr, Log: r.log, RebuildIfNeeded: rebuild})
+	}
+	_, err := update(false)
+	staleFollow(t, err, materialize.OpUpdate,
+		fmt.Sprintf("topic %s was recreated: id %s, now %s", r.topic, idString(was), idString(now)))
+	if got := r.rows(); !cmp.Equal(got, before) {
+		t.Fatalf("a refused update changed the table: %s", cmp.Diff(before, got))
+	}
+	rep, err := update(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, rec := range fresh {
+		switch {
+		case len(rec.Key) == 0:
+		case rec.Value == nil:
+			delete(want, string(rec.Key))
+		default:
+			want[string(rec.Key)] = string(rec.Value)
+		}
+	}
+	if got := r.rows(); rep.Mode != materialize.ModeRebuilt || !cmp.Equal(got, want) {
+		t.Fatalf("mode %q; after the rebuild (-new topic's fold +table):\n%s", rep.Mode, cmp.Diff(want, got))
+	}
+	if cp := loadCheckpoint(t, r.db, "re"); cp.TopicID != now {
+		t.Fatalf("the rebuilt checkpoint's topic ID %x, want the new topic's %x", cp.TopicID, now)
+	}
+}
+
 // TestTopicIDRecordedAtNextPublish: a checkpoint without a topic ID (an
 // older build's update drops it) gets the topic's at its next publish, by
 // an update and by a follower's apply.
