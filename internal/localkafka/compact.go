@@ -57,11 +57,9 @@ func CompactedConfig(deleteRetention time.Duration) map[string]string {
 
 // Compacted is what AwaitCompacted saw.
 type Compacted struct {
-	// Records are the partition's data records as an independent
-	// read_committed read found them once the offsets were gone, in
-	// offset order, to High; the filler is among them.
-	Records []*kgo.Record
-	// High is the partition's high watermark at that read.
+	// High is the partition's high watermark at the read that found the
+	// offsets gone. The log below it changes no more unless the cleaner
+	// removes more (superseded filler) or more is written.
 	High int64
 	// Gone is, for each awaited offset, how long after the call's start
 	// a read first found it absent.
@@ -115,7 +113,7 @@ func (b *Broker) AwaitCompacted(ctx context.Context, topic string, partition int
 					}
 				}
 				if left == 0 {
-					out.Records, out.High = recs, high
+					out.High = high
 					return out, nil
 				}
 				err = fmt.Errorf("%d of offsets %v still in the log", left, offsets)
