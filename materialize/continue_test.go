@@ -15,11 +15,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kgo"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
@@ -37,45 +40,48 @@ func (r *followRig) onTopic(topic string) *followRig {
 }
 
 // compactedTopic creates a one-partition compacted topic with
-// delete.retention.ms=ms.
+// delete.retention.ms=ms, configured so that Kafka's log cleaner compacts
+// it promptly (localkafka.CompactedConfig).
 func compactedTopic(t *testing.T, ms string) string {
 	t.Helper()
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	name := fmt.Sprintf("%s-%d-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
-	broker.TestTopic(t, name, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": ms})
+	broker.TestTopic(t, name, 1, localkafka.CompactedConfig(time.Duration(n)*time.Millisecond))
 	return name
 }
 
-// awaitGone compacts topic until its partition 0 no longer holds a record
-// at off, read by an independent client up to the high watermark. kfake
-// removes a tombstone once delete.retention.ms has passed since its
-// timestamp, and never compacts the last batch. It is kfake-only: Kafka's
-// log cleaner needs the segment roll and delete-horizon procedure of its
-// own test.
-func awaitGone(t *testing.T, topic string, off int64) {
+// awaitGone waits until compaction has removed offs from topic's
+// partition 0 (broker.AwaitCompacted: filler appended, kfake compacted on
+// demand, Kafka's log cleaner awaited), then shows it with a read of its
+// own, and returns the records the partition holds: the compacted log.
+func awaitGone(t *testing.T, topic string, offs ...int64) []*kgo.Record {
 	t.Helper()
-	localkafka.KfakeOnly(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		broker.Cluster.Compact()
-		high := broker.Cluster.PartitionInfo(topic, 0).HighWatermark
-		recs, err := broker.ReadCommitted(context.Background(), topic, map[int32]int64{0: high})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gone := true
-		for _, rec := range recs[0] {
-			if rec.Offset == off {
-				gone = false
-			}
-		}
-		if gone {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("compaction did not remove offset %d of %s", off, topic)
-		}
-		time.Sleep(20 * time.Millisecond)
+	c, err := broker.AwaitCompacted(context.Background(), topic, 0, offs...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var first, last time.Duration = -1, 0
+	for _, d := range c.Gone {
+		if first < 0 || d < first {
+			first = d
+		}
+		last = max(last, d)
+	}
+	t.Logf("compaction removed %d offsets: the first gone after %s, the last after %s (%d filler records)",
+		len(offs), first.Round(time.Millisecond), last.Round(time.Millisecond), len(c.Fillers))
+	recs, err := broker.ReadCommitted(context.Background(), topic, map[int32]int64{0: c.High})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs[0] {
+		if slices.Contains(offs, rec.Offset) {
+			t.Fatalf("offset %d of %s is still in the log", rec.Offset, topic)
+		}
+	}
+	return recs[0]
 }
 
 // produceTombstoneAfter writes a tombstone for key and then two more
@@ -143,12 +149,14 @@ func loadCheckpoint(t *testing.T, db *store.DB, table string) checkpoint.Checkpo
 // meanwhile was compacted away, so following from the checkpoint would
 // keep k1 forever. The follower refuses at its start, naming the
 // retention, and the table is unchanged; the rebuild rebuild_if_needed
-// runs has no k1 (the oracle over every record produced).
+// runs has no k1 (the oracle over every record produced, and the fold of
+// the compacted log). It runs on both brokers: on Kafka the log cleaner
+// removes the tombstone (awaitGone).
 func TestFollowStaleAfterDowntime(t *testing.T) {
 	r := newFollowRig(t, 1, materialize.Spec{Name: "cfg"}).onTopic(compactedTopic(t, "1"))
 	r.produce([]localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}})
 	r.rebuild()
-	awaitGone(t, r.topic, r.produceTombstoneAfter("k1"))
+	log := awaitGone(t, r.topic, r.produceTombstoneAfter("k1"))
 	before := r.rows()
 	if before["k1"] != "a" {
 		t.Fatalf("rows %v: want k1 before the tombstone", before)
@@ -161,6 +169,9 @@ func TestFollowStaleAfterDowntime(t *testing.T) {
 	r.rebuild()
 	if got, want := r.rows(), r.latestOracle(); !cmp.Equal(got, want) || got["k1"] != "" {
 		t.Fatalf("after the rebuild (-oracle +table):\n%s", cmp.Diff(want, got))
+	}
+	if got, want := r.rows(), foldLog(log); !cmp.Equal(got, want) {
+		t.Fatalf("after the rebuild (-compacted log's fold +table):\n%s", cmp.Diff(want, got))
 	}
 }
 
@@ -444,6 +455,61 @@ func TestFollowRecreatedTopic(t *testing.T) {
 				t.Fatalf("the table took records of the new topic: %s", cmp.Diff(before, got))
 			}
 		})
+	}
+}
+
+// TestUpdateRecreatedTopic: the table's topic is deleted and created again
+// (its ID changes, shown first) and grows past the checkpoint, so only the
+// topic ID tells: the update is refused (a *StaleCheckpointError, exit 4)
+// naming both IDs and the table is unchanged; with RebuildIfNeeded the
+// table is the fold of the new topic's records only.
+func TestUpdateRecreatedTopic(t *testing.T) {
+	rng := testRand(t)
+	r := newFollowRig(t, 1, materialize.Spec{Name: "re"})
+	r.produce(randomRecords(rng, 1, 30, "a"))
+	r.rebuild()
+	before := r.rows()
+	cpEnd := loadCheckpoint(t, r.db, "re").Partitions[0].End
+	was, now := recreate(t, r.topic, 1)
+	if cp := loadCheckpoint(t, r.db, "re"); cp.TopicID != was {
+		t.Fatalf("checkpoint topic ID %x, the deleted topic's %x", cp.TopicID, was)
+	}
+	fresh := randomRecords(rng, 1, 60, "b")
+	if _, err := broker.Produce(context.Background(), r.topic, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if high := marksOf(t, r.topic)[0].High; high <= cpEnd {
+		t.Fatalf("the new topic's high watermark %d is not past the checkpoint %d", high, cpEnd)
+	}
+	update := func(rebuild bool) (materialize.Report, error) {
+		return materialize.Update(context.Background(), materialize.UpdateOptions{
+			DB: r.db, Table: "re", Brokers: broker.Addr, Log: r.log, RebuildIfNeeded: rebuild})
+	}
+	_, err := update(false)
+	staleFollow(t, err, materialize.OpUpdate,
+		fmt.Sprintf("topic %s was recreated: id %s, now %s", r.topic, idString(was), idString(now)))
+	if got := r.rows(); !cmp.Equal(got, before) {
+		t.Fatalf("a refused update changed the table: %s", cmp.Diff(before, got))
+	}
+	rep, err := update(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, rec := range fresh {
+		switch {
+		case len(rec.Key) == 0:
+		case rec.Value == nil:
+			delete(want, string(rec.Key))
+		default:
+			want[string(rec.Key)] = string(rec.Value)
+		}
+	}
+	if got := r.rows(); rep.Mode != materialize.ModeRebuilt || !cmp.Equal(got, want) {
+		t.Fatalf("mode %q; after the rebuild (-new topic's fold +table):\n%s", rep.Mode, cmp.Diff(want, got))
+	}
+	if cp := loadCheckpoint(t, r.db, "re"); cp.TopicID != now {
+		t.Fatalf("the rebuilt checkpoint's topic ID %x, want the new topic's %x", cp.TopicID, now)
 	}
 }
 

@@ -14,14 +14,17 @@
 // starts one; see internal/kafkatest), [RunTests] gives the tests that broker
 // instead of a kfake: its Broker has Addr and Kafka set and Cluster nil, so
 // nothing kfake-specific is reachable. The fixtures (topics, records,
-// transactions, DeleteRecords, marks) speak the Kafka protocol through
-// franz-go and kadm and behave alike on both: a created topic is awaited
-// until every partition has a leader, an ended transaction until its marker
-// is in every partition it wrote, and marks come from ListOffsets and
-// Metadata. A test that needs kfake's fault injection calls [KfakeOnly] and
-// skips on the real broker with [KfakeOnlyReason]; any other [Start] of a
-// kfake in a test process under KMATERIALIZE_TEST_KAFKA is an error, so a
-// test cannot pass the real-broker pass on a kfake of its own.
+// transactions, DeleteRecords, marks, compaction) speak the Kafka protocol
+// through franz-go and kadm and behave alike on both: a created topic is
+// awaited until every partition has a leader, an ended transaction until its
+// marker is in every partition it wrote, marks come from ListOffsets and
+// Metadata, and compaction is awaited until the offsets are gone
+// ([Broker.AwaitCompacted]: kfake compacts on demand, Kafka's log cleaner is
+// given filler that rolls its segments). A test that needs kfake's fault
+// injection calls [KfakeOnly] and skips on the real broker with
+// [KfakeOnlyReason]; any other [Start] of a kfake in a test process under
+// KMATERIALIZE_TEST_KAFKA is an error, so a test cannot pass the real-broker
+// pass on a kfake of its own.
 package localkafka
 
 import (
