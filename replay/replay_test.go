@@ -457,22 +457,30 @@ func TestUnreachableBroker(t *testing.T) {
 	}
 }
 
-// TestCompactionGaps compacts on demand (kfake's Compact); Kafka's log
-// cleaner never touches the active segment, so on the real broker the
-// compaction needs its own test.
+// TestCompactionGaps: a compacted log (kfake's Compact, or Kafka's log
+// cleaner awaited through localkafka.AwaitCompacted) has offset holes where
+// superseded values were; the replay reads what is left, in order, and
+// ends at the high mark. The oracle is the latest value per key of what
+// was produced, and the holes are the superseded offsets, first shown gone
+// from the log by an independent read.
 func TestCompactionGaps(t *testing.T) {
-	localkafka.KfakeOnly(t)
 	topic := fmt.Sprintf("%s-%d-%s", t.Name(), topicSeq.Add(1), randomHex(3))
-	broker.TestTopic(t, topic, 1, map[string]string{"cleanup.policy": "compact"})
+	broker.TestTopic(t, topic, 1, localkafka.CompactedConfig(time.Hour))
 	var all []rec
 	for i := 0; i < 5; i++ {
 		all = append(all, produce(t, topic, []localkafka.Record{kv(0, "a", fmt.Sprint(i)), kv(0, fmt.Sprintf("u%d", i), "x")})...)
 	}
 	all = append(all, produce(t, topic, []localkafka.Record{kv(0, "z", "end")})...)
-	broker.Cluster.Compact()
-	// Oracle: compaction keeps the last record per key (the active
-	// segment aside); the replay must read whatever is left in order and
-	// end at the high mark. Compare the latest-value table.
+	var superseded []int64 // every value of "a" but its last
+	for _, r := range all {
+		if r.K == "a" && r.V != "4" {
+			superseded = append(superseded, r.O)
+		}
+	}
+	c, err := broker.AwaitCompacted(context.Background(), topic, 0, superseded...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, res, err := collect(t, cfg(t, topic))
 	if err != nil {
 		t.Fatal(err)
@@ -480,17 +488,31 @@ func TestCompactionGaps(t *testing.T) {
 	latest := func(rs []rec) map[string]string {
 		m := map[string]string{}
 		for _, r := range rs {
-			m[r.K] = r.V
+			if r.K != string(localkafka.FillerKey) {
+				m[r.K] = r.V
+			}
 		}
 		return m
 	}
 	if diff := cmp.Diff(latest(all), latest(got)); diff != "" {
 		t.Fatalf("table (-want +got):\n%s", diff)
 	}
-	if res.Positions()[0] != int64(len(all)) {
-		t.Fatalf("ended at %d, want %d", res.Positions()[0], len(all))
+	read := map[int64]bool{}
+	for i, r := range got {
+		if i > 0 && r.O <= got[i-1].O {
+			t.Fatalf("offset %d read after %d", r.O, got[i-1].O)
+		}
+		read[r.O] = true
 	}
-	t.Logf("compaction left %d of %d records", len(got), len(all))
+	for _, o := range superseded {
+		if read[o] {
+			t.Fatalf("offset %d, compacted away, was read", o)
+		}
+	}
+	if res.Positions()[0] != c.High {
+		t.Fatalf("ended at %d, want the high watermark %d", res.Positions()[0], c.High)
+	}
+	t.Logf("compaction left %d records below %d (%d produced, %d filler)", len(got), c.High, len(all), len(c.Fillers))
 }
 
 func TestInspect(t *testing.T) {
