@@ -676,3 +676,86 @@ func staleWithoutDescribeConfigs(_ aclNames, a aclEntry) int {
 	}
 	return 5
 }
+
+// TestReplayWithoutGroupACL: librdkafka's consumer looks up its group's
+// coordinator even though the replay only assigns partitions, and a
+// principal without Describe on the replay's group (the optional ACL of
+// docs/security.md) is refused it: GROUP_AUTHORIZATION_FAILED. A rebuild
+// with Read on the topic only (the group prefix set with -F) still
+// completes with the oracle's table, in many polls (small fetches), and the
+// refusal is logged once, as a warning naming the configured prefix's
+// group, never as the run's error nor as "Kafka unavailable".
+func TestReplayWithoutGroupACL(t *testing.T) {
+	r := newACLRig(t)
+	n := newACLNames(t)
+	r.b.TestTopic(t, n.src, 3, nil)
+	want, _, _ := oracle(r.produce(t, n.src, genRecords(newRand(t), []int32{0, 1, 2}, 6000)), nil)
+	r.grant(t, topicACL(n.src, kmsg.ACLOperationRead))
+	// librdkafka's fetch and consumer-group debug lines (forwarded at
+	// debug level) witness the fetches and the coordinator lookups.
+	small := []string{groupPrefixLine(n), "debug=fetch,cgrp"}
+	for k, v := range localkafka.SmallFetches {
+		small = append(small, k+"="+v)
+	}
+	db := dbPath(t)
+	res := runBin(t, 120*time.Second, "--log-format", "json", "--log-level", "debug", "rebuild", "--brokers", r.addr, "--topic", n.src,
+		"--db", db, "--table", "t", "--stall-timeout", "20s", "--progress-interval", "20ms", "-F", r.propsFile(t, small...))
+	if res.code != 0 {
+		t.Fatalf("rebuild without the replay's group ACL: exit %d, want 0\n%s", res.code, res.stderr)
+	}
+	checkTable(t, want, scanJSON(t, db, "t"))
+	var refused []map[string]any
+	fetches := 0
+	for _, l := range logLines(res.stderr) {
+		msg, _ := l["message"].(string)
+		if strings.Contains(msg, "refused the coordinator lookup of the replay's own group") {
+			refused = append(refused, l)
+		}
+		if l["librdkafka"] == "FETCH" {
+			fetches++
+		}
+		if strings.Contains(fmt.Sprint(l), "Kafka unavailable") {
+			t.Errorf("a log line says Kafka unavailable: %v", l)
+		}
+	}
+	// The condition happened: the broker refused the lookup (the event
+	// reached the replay), while the replay went on reading.
+	if len(refused) != 1 {
+		t.Fatalf("%d warnings of the refused group lookup, want exactly 1; stderr:\n%s", len(refused), res.stderr)
+	}
+	group, _ := refused[0]["group"].(string)
+	if refused[0]["level"] != "warn" || !strings.HasPrefix(group, n.prefix) || !strings.Contains(fmt.Sprint(refused[0]["error"]), "Group authorization failed") {
+		t.Fatalf("the refusal's warning %v: want level warn, a group with prefix %q, the broker's error", refused[0], n.prefix)
+	}
+	if fetches < 3 {
+		t.Fatalf("only %d fetch lines of librdkafka: the read was too short to show the warning is not per poll", fetches)
+	}
+	t.Logf("one warning over %d fetch lines of librdkafka", fetches)
+	if strings.Contains(res.stderr, "kmaterialize: ") {
+		t.Fatalf("the successful rebuild printed an error:\n%s", res.stderr)
+	}
+
+	// Without the property the prefix is the default one.
+	res = runBin(t, 120*time.Second, "--log-format", "json", "rebuild", "--brokers", r.addr, "--topic", n.src,
+		"--db", db, "--table", "t2", "--stall-timeout", "20s", "-F", r.propsFile(t))
+	if res.code != 0 {
+		t.Fatalf("rebuild with the default prefix: exit %d\n%s", res.code, res.stderr)
+	}
+	checkTable(t, want, scanJSON(t, db, "t2"))
+	refused = refused[:0]
+	for _, l := range logLines(res.stderr) {
+		if msg, _ := l["message"].(string); strings.Contains(msg, "refused the coordinator lookup") {
+			refused = append(refused, l)
+		}
+	}
+	if len(refused) != 1 || !strings.HasPrefix(fmt.Sprint(refused[0]["group"]), replay.DefaultGroupPrefix) {
+		t.Fatalf("with the default prefix: warnings %v, want one naming a group %q...", refused, replay.DefaultGroupPrefix)
+	}
+
+	// An empty prefix is refused before any work, naming the property.
+	res = runBin(t, 60*time.Second, "rebuild", "--brokers", r.addr, "--topic", n.src, "--db", db, "--table", "t3",
+		"-F", r.propsFile(t, replay.GroupPrefixProperty+"="))
+	if res.code != 2 || !strings.Contains(res.stderr, replay.GroupPrefixProperty) {
+		t.Fatalf("an empty group prefix: exit %d, want 2 naming %s\n%s", res.code, replay.GroupPrefixProperty, res.stderr)
+	}
+}
