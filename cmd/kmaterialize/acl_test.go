@@ -759,3 +759,88 @@ func TestReplayWithoutGroupACL(t *testing.T) {
 		t.Fatalf("an empty group prefix: exit %d, want 2 naming %s\n%s", res.code, replay.GroupPrefixProperty, res.stderr)
 	}
 }
+
+// TestSCRAMSecretsNeverShown is TestSecretsNeverShown's and
+// TestSecretsNotInDaemon's check with SASL/SCRAM-SHA-512 on a broker that
+// enforces ACLs (kfake's and Apache Kafka's SASL listener): the tool's
+// password given by -F and by the config file (${NAME}) reaches librdkafka
+// (the runs succeed with the oracle's table), and never appears in stdout,
+// stderr at debug level with librdkafka's security and conf debug lines,
+// the daemon's log, /v1/status, the table's status, /v1/tables or /metrics;
+// nor does a wrong password, whose run fails exit 5.
+func TestSCRAMSecretsNeverShown(t *testing.T) {
+	r := newACLRig(t)
+	n := newACLNames(t)
+	r.b.TestTopic(t, n.src, 2, nil)
+	want, _, _ := oracle(r.produce(t, n.src, genRecords(newRand(t), []int32{0, 1}, 80)), nil)
+	r.grant(t, topicACL(n.src, kmsg.ACLOperationRead), topicACL(n.src, kmsg.ACLOperationDescribeConfigs), replayGroupACL(n))
+	var outputs []string
+	keep := func(res result) result { outputs = append(outputs, res.stdout, res.stderr); return res }
+	debug := []string{"--log-level", "debug", "--log-format", "json"}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "tables.db")
+
+	// -F.
+	res := keep(runBin(t, 90*time.Second, append(append([]string{}, debug...), "rebuild", "--brokers", r.addr, "--topic", n.src, "--db", db,
+		"--table", "via-f", "--stall-timeout", "20s", "-F", r.propsFile(t, groupPrefixLine(n), "debug=security,conf"))...))
+	if res.code != 0 {
+		t.Fatalf("rebuild with SCRAM from -F: exit %d\n%s", res.code, res.stderr)
+	}
+	checkTable(t, want, scanJSON(t, db, "via-f"))
+
+	// The config file, the password through ${NAME}.
+	t.Setenv("KMZ_SCRAM_TEST_PASSWORD", r.password)
+	writeCfg := func(path, dbName, extra string) {
+		doc := fmt.Sprintf("db: %s\nkafka:\n  brokers: %s\n  properties:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: SCRAM-SHA-512\n    sasl.username: %s\n    sasl.password: ${KMZ_SCRAM_TEST_PASSWORD}\n    debug: security,conf\n    %s: %s\ntables:\n  - name: via-config\n    topic: %s\n    stall_timeout: 20s\n%s",
+			dbName, r.addr, r.user, replay.GroupPrefixProperty, n.prefix, n.src, extra)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "k.yaml")
+	writeCfg(cfg, db, "")
+	res = keep(runBin(t, 90*time.Second, append(append([]string{}, debug...), "rebuild", "--config", cfg, "--table", "via-config")...))
+	if res.code != 0 {
+		t.Fatalf("rebuild with SCRAM from the config file: exit %d\n%s", res.code, res.stderr)
+	}
+	checkTable(t, want, scanJSON(t, db, "via-config"))
+
+	// The daemon, from the config file, following the table.
+	sdir := t.TempDir()
+	scfg := filepath.Join(sdir, "k.yaml")
+	writeCfg(scfg, "tables.db", "    follow: true\n    follow_interval: 50ms\n")
+	cl := unixClient(filepath.Join(sdir, "tables.db.sock"))
+	p := startProc(t, append(append([]string{}, debug...), "serve", "--config", scfg)...)
+	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
+	checkKeys(t, cl, "via-config", want)
+	for _, route := range []string{"/v1/status", "/v1/tables", "/v1/tables/via-config", "/metrics"} {
+		code, body, _ := httpGet(t, cl, route)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", route, code, body)
+		}
+		outputs = append(outputs, body)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("serve exit %d after SIGTERM, want 0", code)
+	}
+	outputs = append(outputs, p.stdout.String(), p.stderrText())
+
+	// A wrong password: SCRAM authentication fails, exit 5.
+	wrong := randomSecret(t, "wrong-")
+	res = keep(runBin(t, 90*time.Second, append(append([]string{}, debug...), "rebuild", "--brokers", r.addr, "--topic", n.src, "--db", db,
+		"--table", "wrong", "--stall-timeout", "5s", "-F", r.propsFile(t, groupPrefixLine(n), "sasl.password="+wrong))...))
+	if res.code != 5 {
+		t.Fatalf("rebuild with a wrong SCRAM password: exit %d, want 5\n%s", res.code, res.stderr)
+	}
+	noSecret(t, wrong, "the failed rebuild", res.stdout, res.stderr)
+
+	// The check is not vacuous: librdkafka's security lines were logged.
+	all := strings.Join(outputs, "\n")
+	if !strings.Contains(all, "SCRAM-SHA-512") || len(logLines(all)) < 20 {
+		t.Fatalf("the outputs hold no SCRAM debug lines or few log lines (%d); the check would be vacuous", len(logLines(all)))
+	}
+	noSecret(t, r.password, "an output", outputs...)
+}
