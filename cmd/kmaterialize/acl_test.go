@@ -735,6 +735,16 @@ func TestReplayWithoutGroupACL(t *testing.T) {
 		t.Fatalf("the successful rebuild printed an error:\n%s", res.stderr)
 	}
 
+	// With Describe on the prefix (PREFIXED) the lookup is not refused:
+	// Describe is the operation FindCoordinator needs.
+	r.grant(t, replayGroupACL(n))
+	res = runBin(t, 120*time.Second, "--log-format", "json", "rebuild", "--brokers", r.addr, "--topic", n.src,
+		"--db", db, "--table", "t1", "--stall-timeout", "20s", "-F", r.propsFile(t, groupPrefixLine(n)))
+	if res.code != 0 || strings.Contains(res.stderr, "refused the coordinator lookup") {
+		t.Fatalf("rebuild with Describe on the group prefix: exit %d, want 0 without the warning\n%s", res.code, res.stderr)
+	}
+	checkTable(t, want, scanJSON(t, db, "t1"))
+
 	// Without the property the prefix is the default one.
 	res = runBin(t, 120*time.Second, "--log-format", "json", "rebuild", "--brokers", r.addr, "--topic", n.src,
 		"--db", db, "--table", "t2", "--stall-timeout", "20s", "-F", r.propsFile(t))
