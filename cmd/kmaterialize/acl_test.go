@@ -341,6 +341,44 @@ func TestACLsPerCommand(t *testing.T) {
 			code:  staleWithoutDescribeConfigs,
 		},
 		{
+			name: "describe",
+			need: func(n aclNames) []aclEntry { return []aclEntry{topicACL(n.src, kmsg.ACLOperationDescribe)} },
+			setup: func(t *testing.T, r *aclRig, n aclNames) *aclRun {
+				r.b.TestTopic(t, n.src, 2, nil)
+				r.produce(t, n.src, genRecords(newRand(t), []int32{0, 1}, 30))
+				props := r.propsFile(t, groupPrefixLine(n))
+				return &aclRun{
+					run: func(t *testing.T) result {
+						return runBin(t, 90*time.Second, "--log-format", "json", "describe", "--brokers", r.addr, "--topic", n.src,
+							"--format", "json", "--stall-timeout", "20s", "-F", props)
+					},
+					check: func(t *testing.T, res result) {
+						var out struct {
+							Partitions []struct {
+								Partition int32 `json:"partition"`
+								High      int64 `json:"high"`
+							} `json:"partitions"`
+						}
+						if err := jsonUnmarshal(res.stdout, &out); err != nil {
+							t.Fatalf("describe's output: %v\n%s", err, res.stdout)
+						}
+						marks, err := r.b.Marks(context.Background(), n.src)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if len(out.Partitions) != len(marks) {
+							t.Fatalf("describe: %d partitions, want %d\n%s", len(out.Partitions), len(marks), res.stdout)
+						}
+						for _, p := range out.Partitions {
+							if p.High != marks[p.Partition].High {
+								t.Fatalf("describe: partition %d high %d, want %d", p.Partition, p.High, marks[p.Partition].High)
+							}
+						}
+					},
+				}
+			},
+		},
+		{
 			name: "describe-group",
 			need: func(n aclNames) []aclEntry {
 				return []aclEntry{topicACL(n.src, kmsg.ACLOperationDescribe), groupACL(n.group, kmsg.ACLOperationDescribe)}
