@@ -177,3 +177,17 @@ func groupRefusal(logged *bool, log zerolog.Logger, topic, group string, err err
 	log.Warn().Err(err).Str("topic", topic).Str("group", group).
 		Msg("the brokers refused the coordinator lookup of the replay's own group (never joined nor committed to; the replay goes on): grant Describe on the group prefix to silence this (see docs/security.md)")
 }
+
+// refusedFetch reports whether a client error during a read is the
+// brokers refusing it (no Read on the topic, the cluster, or the
+// credentials): waiting for the stall timeout cannot help. TLS errors are
+// left to the stall timeout, as before: a handshake may fail while a
+// broker restarts.
+func refusedFetch(e kafka.Error) bool {
+	switch e.Code() {
+	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed,
+		kafka.ErrSaslAuthenticationFailed, kafka.ErrAuthentication:
+		return true
+	}
+	return false
+}

@@ -752,7 +752,7 @@ func (f *follower) handle(ctx context.Context, ev kafka.Event) (moved bool, rec 
 			groupRefusal(&f.groupRefused, f.c.Log, f.c.Topic, f.cl.group, e)
 			return false, nil, nil
 		}
-		if notAuthorized(e) {
+		if refusedFetch(e) {
 			// No Read on the topic any more, or failed authentication:
 			// waiting does not help.
 			return false, nil, f.clientError(ctx, -1, e)

@@ -269,7 +269,7 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 			groupRefusal(&r.groupRefused, r.c.Log, r.c.Topic, r.cl.group, e)
 			return false, nil
 		}
-		if notAuthorized(e) {
+		if refusedFetch(e) {
 			// A refused Fetch (no Read on the topic) or failed
 			// authentication does not pass by waiting for the stall
 			// timeout.
