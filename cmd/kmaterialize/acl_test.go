@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -727,8 +728,9 @@ func TestReplayWithoutGroupACL(t *testing.T) {
 	r := newACLRig(t)
 	n := newACLNames(t)
 	r.b.TestTopic(t, n.src, 3, nil)
-	want, _, _ := oracle(r.produce(t, n.src, genRecords(newRand(t), []int32{0, 1, 2}, 6000)), nil)
-	r.grant(t, topicACL(n.src, kmsg.ACLOperationRead))
+	first := r.produce(t, n.src, genRecords(newRand(t), []int32{0, 1, 2}, 6000))
+	want, _, _ := oracle(first, nil)
+	r.grant(t, topicACL(n.src, kmsg.ACLOperationRead), topicACL(n.src, kmsg.ACLOperationDescribeConfigs))
 	// librdkafka's fetch and consumer-group debug lines (forwarded at
 	// debug level) witness the fetches and the coordinator lookups.
 	small := []string{groupPrefixLine(n), "debug=fetch,cgrp"}
@@ -772,6 +774,61 @@ func TestReplayWithoutGroupACL(t *testing.T) {
 	if strings.Contains(res.stderr, "kmaterialize: ") {
 		t.Fatalf("the successful rebuild printed an error:\n%s", res.stderr)
 	}
+
+	// The daemon, following the table while records keep coming: each of
+	// its clients (the first build's, the follower's) logs the refusal
+	// once, however long it reads.
+	t.Setenv("KMZ_ACL_TEST_PASSWORD", r.password)
+	sdir := t.TempDir()
+	scfg := filepath.Join(sdir, "k.yaml")
+	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\n  properties:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: SCRAM-SHA-512\n    sasl.username: %s\n    sasl.password: ${KMZ_ACL_TEST_PASSWORD}\n    %s: %s\ntables:\n  - name: t1\n    topic: %s\n    follow: true\n    follow_interval: 50ms\n    stall_timeout: 20s\n",
+		r.addr, r.user, replay.GroupPrefixProperty, n.prefix, n.src)
+	if err := os.WriteFile(scfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := unixClient(filepath.Join(sdir, "tables.db.sock"))
+	p := startProc(t, "--log-format", "json", "serve", "--config", scfg)
+	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
+	all := slices.Clone(first)
+	rng := newRand(t)
+	for range 3 {
+		all = append(all, r.produce(t, n.src, genRecords(rng, []int32{0, 1, 2}, 200))...)
+		want, _, _ := oracle(all, nil)
+		waitFor(t, 60*time.Second, "the follower serving the new records", func() bool {
+			for k, v := range want {
+				code, body, _ := httpGet(t, cl, "/v1/tables/t1/keys/"+url.PathEscape(k))
+				if code != http.StatusOK || !strings.Contains(body, v) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("serve exit %d after SIGTERM, want 0", code)
+	}
+	perGroup := map[string]int{}
+	for _, l := range logLines(p.stderrText()) {
+		if msg, _ := l["message"].(string); strings.Contains(msg, "refused the coordinator lookup") {
+			perGroup[fmt.Sprint(l["group"])]++
+		}
+		if strings.Contains(fmt.Sprint(l), "Kafka unavailable") {
+			t.Errorf("a daemon log line says Kafka unavailable: %v", l)
+		}
+	}
+	if len(perGroup) == 0 {
+		t.Fatalf("the daemon logged no refusal of its replays' group lookups; stderr:\n%s", p.stderrText())
+	}
+	for g, c := range perGroup {
+		if c != 1 || !strings.HasPrefix(g, n.prefix) {
+			t.Fatalf("the daemon's refusal warnings per group %v: want one per client's group, each with prefix %q", perGroup, n.prefix)
+		}
+	}
+	t.Logf("the daemon's refusal warnings, one per client: %v", perGroup)
+	want, _, _ = oracle(all, nil)
 
 	// With Describe on the prefix (PREFIXED) the lookup is not refused:
 	// Describe is the operation FindCoordinator needs.
