@@ -125,10 +125,69 @@ func wrapErr(op, topic string, partition int32, offset int64, err error) *Error 
 	case ErrUnavailable:
 		detail = "Kafka unavailable"
 		if notAuthorized(err) {
-			detail = "Kafka refused: not authorized"
+			detail = "Kafka refused: " + refusal(op, topic, err)
 		}
 	case ErrTopicNotFound:
 		detail = fmt.Sprintf("topic %q does not exist (kmaterialize never creates topics)", topic)
 	}
 	return &Error{Op: op, Topic: topic, Partition: partition, Offset: offset, Kind: kind, Detail: detail, Err: err}
+}
+
+// refusal says what the broker refused, for an authentication or
+// authorization failure of op on topic: "not authorized: ..." naming the
+// ACL the principal lacks (resource and operation) as the request that
+// failed needs it. Kafka answers TOPIC_AUTHORIZATION_FAILED to Metadata and
+// ListOffsets without Describe on the topic, to Fetch without Read, and to
+// DescribeConfigs without DescribeConfigs; Read implies Describe.
+func refusal(op, topic string, err error) string {
+	var ke kafka.Error
+	errors.As(err, &ke)
+	switch ke.Code() {
+	case kafka.ErrTopicAuthorizationFailed:
+		need := "Describe (Read or Write grant it too)"
+		switch op {
+		case "read", "follow":
+			need = "Read"
+		case "describe-configs":
+			need = "DescribeConfigs"
+		}
+		return fmt.Sprintf("not authorized: the principal needs %s on topic %q (%s)", need, topic, op)
+	case kafka.ErrGroupAuthorizationFailed:
+		// The group is the caller's to name (GroupLag does).
+		return fmt.Sprintf("not authorized: the principal needs Describe on the group (%s)", op)
+	case kafka.ErrClusterAuthorizationFailed:
+		return fmt.Sprintf("not authorized on the cluster (%s)", op)
+	}
+	return "authentication failed: check the SASL or TLS settings (sasl.username, sasl.password, sasl.mechanism, security.protocol)"
+}
+
+// groupRefusal reports, once per client, that the coordinator lookup of the
+// replay's own group (Config's group id, which it never joins nor commits
+// to) was refused: librdkafka's consumer looks up its group's coordinator
+// even when partitions are assigned explicitly, and Kafka answers
+// GROUP_AUTHORIZATION_FAILED to a principal without Describe on the group.
+// Nothing of a replay needs the coordinator, so the refusal is neither an
+// error of the replay nor a cause of a stall: it is logged once, as a
+// warning naming the ACL that silences it, and passed over.
+func groupRefusal(logged *bool, log zerolog.Logger, topic, group string, err error) {
+	if *logged {
+		return
+	}
+	*logged = true
+	log.Warn().Err(err).Str("topic", topic).Str("group", group).
+		Msg("the brokers refused the coordinator lookup of the replay's own group (never joined nor committed to; the replay goes on): grant Describe on the group prefix to silence this (see docs/security.md)")
+}
+
+// refusedFetch reports whether a client error during a read is the
+// brokers refusing it (no Read on the topic, the cluster, or the
+// credentials): waiting for the stall timeout cannot help. TLS errors are
+// left to the stall timeout, as before: a handshake may fail while a
+// broker restarts.
+func refusedFetch(e kafka.Error) bool {
+	switch e.Code() {
+	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed,
+		kafka.ErrSaslAuthenticationFailed, kafka.ErrAuthentication:
+		return true
+	}
+	return false
 }

@@ -3,7 +3,9 @@ package replay
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -138,8 +140,23 @@ var TunedDefaults = map[string]string{
 	"client.id":                  "kmaterialize",
 }
 
+// GroupPrefixProperty names kmaterialize's own property (not librdkafka's)
+// that sets the prefix of the replay's group id: librdkafka requires a
+// group.id and looks up its coordinator even for a consumer that only
+// assigns partitions, so the principal may be given Describe on the groups
+// with this prefix (a PREFIXED Group ACL). It is read from the properties
+// like any other (the config file's kafka.properties, -F, -X) and never
+// given to librdkafka.
+const GroupPrefixProperty = "kmaterialize.replay.group.prefix"
+
+// DefaultGroupPrefix is the replay's group id prefix unless
+// GroupPrefixProperty sets one; a random suffix makes each replay's group
+// its own.
+const DefaultGroupPrefix = "kmaterialize-replay-"
+
 // ClientConfig builds the librdkafka configuration shared by every client
-// kmaterialize makes: bootstrap servers, then the user's -X properties.
+// kmaterialize makes: bootstrap servers, then the user's -X properties
+// (without kmaterialize's own, GroupPrefixProperty).
 func ClientConfig(brokers string, props map[string]string) (*kafka.ConfigMap, error) {
 	cm := &kafka.ConfigMap{
 		// librdkafka logs go to a channel we drain into zerolog, so its
@@ -150,6 +167,9 @@ func ClientConfig(brokers string, props map[string]string) (*kafka.ConfigMap, er
 		_ = cm.SetKey("bootstrap.servers", brokers)
 	}
 	for k, v := range props {
+		if k == GroupPrefixProperty {
+			continue
+		}
 		if err := cm.SetKey(k, v); err != nil {
 			return nil, fmt.Errorf("librdkafka property %s=%s: %w", k, v, err)
 		}
@@ -174,7 +194,14 @@ func consumerConfig(c Config) (*kafka.ConfigMap, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	group := "kmaterialize-replay-" + randomHex(8)
+	prefix := DefaultGroupPrefix
+	if v, ok := c.Props[GroupPrefixProperty]; ok {
+		if strings.TrimSpace(v) == "" {
+			return nil, "", &PropertyError{Keys: []string{GroupPrefixProperty + "=" + v}, Err: errors.New("the replay's group id prefix must not be empty")}
+		}
+		prefix = v
+	}
+	group := prefix + randomHex(8)
 	fixed := map[string]any{
 		// A fresh group that is never joined (partitions are assigned
 		// explicitly) and never committed to.

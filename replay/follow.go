@@ -317,6 +317,9 @@ type follower struct {
 	// take (nil once taken).
 	lsoMu sync.Mutex
 	lsos  map[int32]int64
+	// groupRefused is set once the refusal of the follower's own group's
+	// coordinator lookup has been logged (groupRefusal); the loop's own.
+	groupRefused bool
 }
 
 // assign checks the start positions against the captured marks and assigns
@@ -743,6 +746,16 @@ func (f *follower) handle(ctx context.Context, ev kafka.Event) (moved bool, rec 
 		}
 		if e.IsFatal() {
 			return false, nil, &Error{Op: "follow", Topic: f.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
+		}
+		if e.Code() == kafka.ErrGroupAuthorizationFailed {
+			// The follower's own group (groupRefusal): not its error.
+			groupRefusal(&f.groupRefused, f.c.Log, f.c.Topic, f.cl.group, e)
+			return false, nil, nil
+		}
+		if refusedFetch(e) {
+			// No Read on the topic any more, or failed authentication:
+			// waiting does not help.
+			return false, nil, f.clientError(ctx, -1, e)
 		}
 		if classify(e) == ErrTopicNotFound {
 			if _, derr := describe(ctx, f.cl.admin, f.c.Topic, min(f.c.StallTimeout, 5*time.Second)); derr != nil && errors.Is(derr, ErrTopicNotFound) {

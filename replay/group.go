@@ -77,6 +77,12 @@ func GroupLag(ctx context.Context, c Config, group string) ([]GroupPartition, er
 		if !errors.As(err, new(*Error)) {
 			err = wrapErr("list-group-offsets", c.Topic, -1, -1, err)
 		}
+		var re *Error
+		if errors.As(err, &re) && errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+			// OffsetFetch refused: the group is the one asked about,
+			// not the replay's own.
+			re.Detail = fmt.Sprintf("Kafka refused: not authorized: the principal needs Describe on group %q (list-group-offsets)", group)
+		}
 		return nil, fmt.Errorf("offsets of group %q: %w", group, err)
 	}
 	committed := map[string]map[int32]kafka.TopicPartition{}
@@ -103,6 +109,12 @@ func GroupLag(ctx context.Context, c Config, group string) ([]GroupPartition, er
 		where := ""
 		if c.Topic != "" {
 			where = fmt.Sprintf(" on topic %q", c.Topic)
+			// Kafka's OffsetFetch leaves out, without an error, the
+			// topics the principal may not Describe: no commit on the
+			// topic may be a refusal, which its marks tell.
+			if _, err := Marks(ctx, cl.admin, c.Topic, c.StallTimeout); err != nil {
+				return nil, fmt.Errorf("group %q%s: %w", group, where, err)
+			}
 		}
 		return nil, fmt.Errorf("group %q%s: %w", group, where, ErrGroupNotFound)
 	}

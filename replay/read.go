@@ -91,6 +91,9 @@ type reader struct {
 	batch   []fold.Record
 	bytes   int // keys and values in batch (Config.BatchBytes)
 	lastErr error
+	// groupRefused is set once the refusal of the replay's own group's
+	// coordinator lookup has been logged (groupRefusal).
+	groupRefused bool
 	// lastAnswer is when the brokers last delivered anything (a record or
 	// a partition EOF); zero until the first.
 	lastAnswer time.Time
@@ -260,6 +263,17 @@ func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
 		}
 		if e.IsFatal() {
 			return false, &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
+		}
+		if e.Code() == kafka.ErrGroupAuthorizationFailed {
+			// The replay's own group (groupRefusal): not the read's error.
+			groupRefusal(&r.groupRefused, r.c.Log, r.c.Topic, r.cl.group, e)
+			return false, nil
+		}
+		if refusedFetch(e) {
+			// A refused Fetch (no Read on the topic) or failed
+			// authentication does not pass by waiting for the stall
+			// timeout.
+			return false, r.clientError(ctx, -1, e)
 		}
 		if classify(e) == ErrTopicNotFound && time.Since(r.topicChecked) >= time.Second {
 			// The client no longer finds the topic: deleted, or a

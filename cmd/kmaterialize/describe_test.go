@@ -179,3 +179,22 @@ func TestDescribeGroup(t *testing.T) {
 		t.Fatalf("the group after describe: %+v, want state Empty and no member", g)
 	}
 }
+
+// TestDescribeGroupTopicMissing: describe --group G --topic T where T does
+// not exist is exit 5 naming T as missing, not exit 6 "no committed
+// offsets" (GroupLag asks T's offsets before it says the group has none on
+// it: Kafka's OffsetFetch also leaves out a topic the principal may not
+// Describe, see TestACLsPerCommand/describe-group).
+func TestDescribeGroupTopicMissing(t *testing.T) {
+	group := runName(t)
+	topic := newTopic(t, 1)
+	if err := broker.CommitGroupOffsets(t.Context(), group, topic, map[int32]int64{0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	missing := runName(t) + "-missing"
+	r := mustCLI(t, exitUnavailable, "describe", "--brokers", broker.Addr, "--group", group, "--topic", missing, "--stall-timeout", "5s")
+	if !strings.Contains(r.stderr, `topic "`+missing+`" does not exist`) {
+		t.Fatalf("describe --group with a missing --topic: stderr does not name %q as missing:\n%s", missing, r.stderr)
+	}
+	mustCLI(t, exitOK, "describe", "--brokers", broker.Addr, "--group", group, "--topic", topic)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/config"
@@ -98,7 +99,7 @@ func hint(err error) string {
 	case errors.Is(err, replay.ErrBadProperty):
 		return "check the -X property's name and value against librdkafka's CONFIGURATION.md"
 	case errors.Is(err, copier.ErrUnauthorized):
-		return "grant the principal access to the transactional id, the group and both topics, or check the credentials passed with -X"
+		return copyRefusalHint(err)
 	case errors.Is(err, copier.ErrFenced):
 		return "another copier with the same --transactional-id took over; run only one per id"
 	case errors.Is(err, store.ErrLocked):
@@ -121,6 +122,8 @@ func hint(err error) string {
 		return "check that the Schema Registry is up and reachable (--schema-registry, " + decode.EnvURL + " or schema_registry.url) and its credentials (the config file's schema_registry section, or " + decode.EnvUser + "/" + decode.EnvPassword + " or " + decode.EnvToken + "), then rerun"
 	case errors.Is(err, decode.ErrBadSetting):
 		return "--value-format avro --schema-registry http://localhost:8081 (credentials from " + decode.EnvUser + " and " + decode.EnvPassword + ")"
+	case replay.NotAuthorized(err):
+		return "grant the principal the ACL named above (docs/security.md lists each command's), or check its credentials (-F, --config's kafka.properties, -X)"
 	case errors.As(err, new(*replay.UnreachableError)):
 		return "check the broker addresses (--brokers, KMATERIALIZE_BROKERS, -X bootstrap.servers or the config's kafka.brokers) and that the brokers run there, then rerun"
 	case errors.Is(err, replay.ErrUnavailable):
@@ -186,4 +189,22 @@ func corruptPath(err error) string {
 		return ce.Path
 	}
 	return "FILE"
+}
+
+// copyRefusalHint names the ACL a copy was refused for, from the broker's
+// error code (docs/security.md's table, the copy's row).
+func copyRefusalHint(err error) string {
+	var ke kafka.Error
+	errors.As(err, &ke)
+	switch ke.Code() {
+	case kafka.ErrTransactionalIDAuthorizationFailed:
+		return "grant the principal Write on the TransactionalId named above (--transactional-id), or check its credentials"
+	case kafka.ErrGroupAuthorizationFailed:
+		return "grant the principal Read on the group named above (--group), or check its credentials"
+	case kafka.ErrTopicAuthorizationFailed:
+		return "grant the principal Read on the --from topic and Write on the --to topic, or check its credentials"
+	case kafka.ErrClusterAuthorizationFailed:
+		return "grant the principal IdempotentWrite on the cluster (brokers before 2.8 need it), or check its credentials"
+	}
+	return "grant the principal Write on the TransactionalId, Read on the group, Read on --from and Write on --to (docs/security.md), or check its credentials"
 }

@@ -70,14 +70,9 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build kmaterialize:", err)
 		return 1
 	}
-	b, err := localkafka.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer b.Close()
-	broker = b
-	return m.Run()
+	// Under KMATERIALIZE_TEST_KAFKA the broker is that real Kafka (tests
+	// that need kfake call localkafka.KfakeOnly).
+	return localkafka.RunTests(m, &broker)
 }
 
 // result is what one CLI invocation did.
