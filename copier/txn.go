@@ -237,11 +237,10 @@ func (r *copyRun) abort(ctx context.Context, why string) error {
 func (r *copyRun) classifyFatal(op string, err error) error {
 	var ke kafka.Error
 	if errors.As(err, &ke) {
-		switch ke.Code() {
-		case kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch, kafka.ErrFencedInstanceID:
+		switch code := ke.Code(); {
+		case code == kafka.ErrFenced, code == kafka.ErrProducerFenced, code == kafka.ErrInvalidProducerEpoch, code == kafka.ErrFencedInstanceID:
 			return fmt.Errorf("%s: %w (transactional id %q): %w", op, ErrFenced, r.c.TransactionalID, err)
-		case kafka.ErrTransactionalIDAuthorizationFailed, kafka.ErrTopicAuthorizationFailed,
-			kafka.ErrGroupAuthorizationFailed, kafka.ErrClusterAuthorizationFailed:
+		case authorizationRefused(code):
 			return fmt.Errorf("%s: %w (transactional id %q, group %q): %w", op, ErrUnauthorized, r.c.TransactionalID, r.c.Group, err)
 		}
 		if ke.IsFatal() {
@@ -251,12 +250,29 @@ func (r *copyRun) classifyFatal(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
+// consumerError decides whether an error event of the consumer ends the
+// copy. A refusal by the broker's authorizer is not transient: librdkafka
+// reports GROUP_AUTHORIZATION_FAILED (no Read on --group: the join and the
+// coordinator lookup are refused) and TOPIC_AUTHORIZATION_FAILED as
+// ordinary errors and keeps retrying, and a copy without the ACL would
+// retry past --stall-timeout instead of failing (exit 5) naming it.
 func (r *copyRun) consumerError(err error) error {
 	var ke kafka.Error
-	if errors.As(err, &ke) && (ke.IsFatal() || ke.Code() == kafka.ErrFencedInstanceID) {
+	if errors.As(err, &ke) && (ke.IsFatal() || ke.Code() == kafka.ErrFencedInstanceID || authorizationRefused(ke.Code())) {
 		r.consumerFatal = true
 		return r.classifyFatal("consume", err)
 	}
 	r.log.Warn().Err(err).Msg("consumer error (retrying)")
 	return nil
+}
+
+// authorizationRefused reports whether code is the broker refusing the
+// copier's principal (an ACL missing, or SASL credentials refused).
+func authorizationRefused(code kafka.ErrorCode) bool {
+	switch code {
+	case kafka.ErrTransactionalIDAuthorizationFailed, kafka.ErrTopicAuthorizationFailed,
+		kafka.ErrGroupAuthorizationFailed, kafka.ErrClusterAuthorizationFailed, kafka.ErrSaslAuthenticationFailed:
+		return true
+	}
+	return false
 }

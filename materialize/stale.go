@@ -44,6 +44,10 @@ type StaleCheckpointError struct {
 	Checkpoint int64
 	Low        int64
 	Reason     string
+	// Err is the error that made the check impossible, when one did: the
+	// topic configuration's DescribeConfigs error (a refusal when the
+	// principal lacks the ACL, which the CLI maps to exit 5, not 4).
+	Err error
 }
 
 // Error returns e.g. `update of table "balances" from topic "b": partition
@@ -81,6 +85,9 @@ func (e *StaleCheckpointError) Is(target error) bool {
 	}
 	return e.Low >= 0 && (target == replay.ErrRecordsRemoved || target == replay.ErrCheckpointBelowLow)
 }
+
+// Unwrap returns the error that made the check impossible, or nil.
+func (e *StaleCheckpointError) Unwrap() error { return e.Err }
 
 // stale is a *StaleCheckpointError of op on table's topic.
 func stale(op, table, topic string, p int32, reason string, args ...any) *StaleCheckpointError {
@@ -157,7 +164,9 @@ func checkRetention(op, table, topic string, capturedAt time.Time, tc *replay.To
 		return nil
 	}
 	if tc.Err != nil {
-		return stale(op, table, topic, -1, "the topic's configuration cannot be read, so whether compaction removed tombstones since the checkpoint cannot be told (DescribeConfigs: %v; the principal needs the DescribeConfigs ACL on the topic)", tc.Err)
+		e := stale(op, table, topic, -1, "the topic's configuration cannot be read, so whether compaction removed tombstones since the checkpoint cannot be told (DescribeConfigs: %v; the principal needs the DescribeConfigs ACL on the topic)", tc.Err)
+		e.Err = tc.Err
+		return e
 	}
 	policy, ok := tc.Values[configCleanupPolicy]
 	if !ok {

@@ -287,11 +287,6 @@ type aclCase struct {
 	// setup prepares the topics and the state the command starts from,
 	// with need granted.
 	setup func(t *testing.T, r *aclRig, n aclNames) *aclRun
-	// code, when it names an ACL, is the exit code of a run without it
-	// when that is not 5 (see the update's DescribeConfigs).
-	code func(aclNames, aclEntry) int
-	// kept, when it names an ACL, leaves that one out of the removals.
-	kept func(aclNames, aclEntry) bool
 }
 
 // aclRun runs a case's command (ok: the outcome checked against the test's
@@ -339,7 +334,6 @@ func TestACLsPerCommand(t *testing.T) {
 				return []aclEntry{topicACL(n.src, kmsg.ACLOperationRead), topicACL(n.src, kmsg.ACLOperationDescribeConfigs)}
 			},
 			setup: setupUpdate,
-			code:  staleWithoutDescribeConfigs,
 		},
 		{
 			name: "describe",
@@ -426,7 +420,6 @@ func TestACLsPerCommand(t *testing.T) {
 				return []aclEntry{topicACL(n.src, kmsg.ACLOperationRead), topicACL(n.src, kmsg.ACLOperationDescribeConfigs)}
 			},
 			setup: setupServe,
-			code:  staleWithoutDescribeConfigs,
 		},
 		{
 			name: "copy",
@@ -435,12 +428,6 @@ func TestACLsPerCommand(t *testing.T) {
 					txnACL(n.tid, kmsg.ACLOperationWrite), groupACL(n.group, kmsg.ACLOperationRead)}
 			},
 			setup: setupCopy,
-			// Without Read on its group the copier retries the refused
-			// FindCoordinator for ever ("consumer error (retrying)",
-			// past --stall-timeout): a bug of copier/ (its consumerError
-			// takes GROUP_AUTHORIZATION_FAILED for transient), left to
-			// its owner; that removal is not run until it is fixed.
-			kept: func(n aclNames, a aclEntry) bool { return a.resource == kmsg.ACLResourceTypeGroup },
 		},
 		{
 			name: "verify",
@@ -463,18 +450,11 @@ func TestACLsPerCommand(t *testing.T) {
 			}
 			run.check(t, res)
 			for _, a := range need {
-				if c.kept != nil && c.kept(n, a) {
-					t.Logf("%s: the run without %s is not tried (see the case's kept)", c.name, a)
-					continue
-				}
 				r.revoke(t, a)
 				if run.before != nil {
 					run.before(t)
 				}
-				want := 5
-				if c.code != nil {
-					want = c.code(n, a)
-				}
+				const want = 5 // every refusal, DescribeConfigs included
 				if run.refused != nil {
 					run.refused(t, a, want)
 					r.grant(t, a)
@@ -701,19 +681,6 @@ func (r *aclRig) removeGroup(t *testing.T, group, tid string) {
 	if _, err := adm.DeleteGroup(ctx, group); !notFound(err) {
 		t.Errorf("delete group %s: %v", group, err)
 	}
-}
-
-// staleWithoutDescribeConfigs is the exit code of an update, or of a
-// follower's start, without one ACL: without DescribeConfigs it cannot tell
-// whether compaction removed tombstones since its checkpoint, and
-// materialize refuses the checkpoint as stale (exit 4, so that update
-// --rebuild-if-needed rebuilds, which needs no DescribeConfigs), its
-// reason naming the refusal; 5 for the others.
-func staleWithoutDescribeConfigs(_ aclNames, a aclEntry) int {
-	if a.op == kmsg.ACLOperationDescribeConfigs {
-		return 4
-	}
-	return 5
 }
 
 // TestReplayWithoutGroupACL: librdkafka's consumer looks up its group's

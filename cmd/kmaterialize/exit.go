@@ -50,6 +50,11 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty), errors.Is(err, materialize.ErrTooManyChanges):
 		return exitConflict
+	case errors.Is(err, materialize.ErrStaleCheckpoint) && replay.NotAuthorized(err):
+		// A checkpoint that cannot be checked because the principal may
+		// not read the topic's configuration (DescribeConfigs): the ACL
+		// is what is missing, as for any other refusal.
+		return exitUnavailable
 	case errors.Is(err, materialize.ErrStaleCheckpoint):
 		// Before ErrUnavailable: a stale checkpoint's reason may quote an
 		// unreadable topic configuration, which is not an outage.
