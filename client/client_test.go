@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -59,10 +60,10 @@ func newFixtureTCP(t *testing.T, gated bool, listen, token string) *fixture {
 // daemon's Config.
 func newFixtureWith(t *testing.T, gated bool, listen, token string, tweak func(*serve.Config)) *fixture {
 	t.Helper()
-	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", t.Name(), os.Getpid(), seq.Add(1)), produced: make(chan struct{})}
-	if err := broker.CreateTopic(f.topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	// Kafka's topic names are [a-zA-Z0-9._-] (a subtest's name has '/').
+	name := regexp.MustCompile(`[^a-zA-Z0-9._-]+`).ReplaceAllString(t.Name(), "-")
+	f := &fixture{topic: fmt.Sprintf("client-%s-%d-%d", name, os.Getpid(), seq.Add(1)), produced: make(chan struct{})}
+	broker.TestTopic(t, f.topic, 1, nil)
 	if gated {
 		f.gate = make(chan struct{}, 10)
 	}

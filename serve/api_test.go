@@ -55,7 +55,7 @@ func TestAPIContract(t *testing.T) {
 		return c.table(t, "main").State == StateReady && c.table(t, "raw").State == StateReady
 	})
 	mainGen := c.get(t, "/v1/tables/main/rows?limit=1").gen(t)
-	hw := broker.Cluster.PartitionInfo(mainTopic, 0).HighWatermark
+	hw := marksOf(t, mainTopic)[0].High
 
 	type check func(t *testing.T, r response)
 	body := func(want string) check {

@@ -43,9 +43,12 @@ func staleExitCode(err error) int {
 // awaitCompactedAway compacts until partition 0 of topic holds no record
 // at off (kfake removes a tombstone once delete.retention.ms passed since
 // its timestamp, and never compacts the last batch), read by an
-// independent client.
+// independent client. It is kfake-only (compaction on demand): Kafka's log
+// cleaner needs the segment roll and delete-horizon procedure of its own
+// test.
 func awaitCompactedAway(t *testing.T, topic string, off int64) {
 	t.Helper()
+	localkafka.KfakeOnly(t)
 	waitFor(t, fmt.Sprintf("compaction to remove offset %d", off), 60*time.Second, func() bool {
 		broker.Cluster.Compact()
 		high := broker.Cluster.PartitionInfo(topic, 0).HighWatermark
@@ -94,12 +97,11 @@ func assertFailedStale(t *testing.T, d *daemon, table string, old oracle, want .
 // is failed naming the retention, or, with rebuild_if_needed, rebuilt
 // without k1 and followed.
 func TestFollowCompactedAfterDowntime(t *testing.T) {
+	localkafka.KfakeOnly(t) // awaitCompactedAway
 	for _, rebuildIfNeeded := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rebuild_if_needed=%v", rebuildIfNeeded), func(t *testing.T) {
 			topic := unique(t, "topic")
-			if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "5000"}); err != nil {
-				t.Fatal(err)
-			}
+			broker.TestTopic(t, topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "5000"})
 			first := []localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}}
 			produce(t, topic, first)
 			cfg := baseConfig(t, followedTable("cfg", topic, Follow{}))
@@ -127,7 +129,7 @@ func TestFollowCompactedAfterDowntime(t *testing.T) {
 				assertFailedStale(t, d2, "cfg", old, "delete.retention.ms=5000", "compacted")
 				return
 			}
-			hw := highs(topic, 1)
+			hw := highs(t, topic, 1)
 			waitFor(t, "rebuilt and following", 60*time.Second, func() bool {
 				tj := d2.c.table(t, "cfg")
 				return tj.State == StateFollowing && caughtUp(tj, hw)
@@ -157,22 +159,12 @@ func TestFollowRecreatedTopicDaemon(t *testing.T) {
 				d := start(t, cfg)
 				waitFor(t, "following to the end", 60*time.Second, func() bool {
 					tj := d.c.table(t, "re")
-					return tj.State == StateFollowing && caughtUp(tj, highs(topic, 1))
+					return tj.State == StateFollowing && caughtUp(tj, highs(t, topic, 1))
 				})
 				if while == "stopped" {
 					d.stop(t)
 				}
-				was := broker.Cluster.TopicInfo(topic).TopicID
-				if err := broker.Cluster.DeleteTopic(topic); err != nil {
-					t.Fatal(err)
-				}
-				if err := broker.CreateTopic(topic, 1, nil); err != nil {
-					t.Fatal(err)
-				}
-				now := broker.Cluster.TopicInfo(topic).TopicID
-				if was == now || now == ([16]byte{}) {
-					t.Fatalf("topic ID %x, then %x: not recreated", was, now)
-				}
+				was, now := recreate(t, topic, 1)
 				fresh := records(2, 70, 15)
 				produce(t, topic, fresh)
 				if while == "stopped" {
@@ -196,7 +188,7 @@ func TestFollowRecreatedTopicDaemon(t *testing.T) {
 					assertFailedStale(t, d, "re", latestOracle(oracle{}, first), want)
 					return
 				}
-				hw := highs(topic, 1)
+				hw := highs(t, topic, 1)
 				waitFor(t, "rebuilt and following the new topic", 60*time.Second, func() bool {
 					tj := d.c.table(t, "re")
 					return tj.State == StateFollowing && caughtUp(tj, hw)
@@ -235,6 +227,7 @@ func (b *lockedBuffer) String() string {
 // failed instead of rebuilding in a loop: two successful rebuilds (the
 // first build and one rebuild), two follower starts refused.
 func TestFollowRebuildIfNeededNoLoop(t *testing.T) {
+	localkafka.KfakeOnly(t) // DescribeConfigs denied by a kfake Fault
 	topic := newTopic(t)
 	produce(t, topic, records(1, 20, 5))
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})

@@ -74,10 +74,12 @@ func followedSpec(spec materialize.Spec, f Follow, hook func(catchUpFn) catchUpF
 }
 
 // highs asks the broker for topic's high watermarks (partitions 0..n-1).
-func highs(topic string, n int32) map[int32]int64 {
+func highs(t testing.TB, topic string, n int32) map[int32]int64 {
+	t.Helper()
+	marks := marksOf(t, topic)
 	out := map[int32]int64{}
 	for p := int32(0); p < n; p++ {
-		out[p] = broker.Cluster.PartitionInfo(topic, p).HighWatermark
+		out[p] = marks[p].High
 	}
 	return out
 }
@@ -115,7 +117,7 @@ func TestFollowAPI(t *testing.T) {
 	more := records(2, 30, 20)
 	produce(t, topic, more)
 	want := latestOracle(latestOracle(oracle{}, first), more)
-	hw := highs(topic, 1)
+	hw := highs(t, topic, 1)
 	waitFor(t, "the follower to apply the new records", 60*time.Second, func() bool {
 		return caughtUp(d.c.table(t, "live"), hw)
 	})
@@ -229,7 +231,7 @@ func TestFollowRebuildCatchesUpNeverBack(t *testing.T) {
 			}
 			mu.Lock()
 			_, err := broker.ProduceEach(ctx, topic, batchLocked(20))
-			ahead = highs(topic, 1)
+			ahead = highs(t, topic, 1)
 			mu.Unlock()
 			if err != nil {
 				return nil, err
@@ -289,7 +291,7 @@ func TestFollowRebuildCatchesUpNeverBack(t *testing.T) {
 		t.Fatalf("rebuild: %d %s", r.status, r.body)
 	}
 	<-producerDone
-	hw := highs(topic, 1)
+	hw := highs(t, topic, 1)
 	waitFor(t, "following the new generation to the end", 60*time.Second, func() bool {
 		tj := d.c.table(t, "seq")
 		return tj.State == StateFollowing && caughtUp(tj, hw)
@@ -336,7 +338,7 @@ func TestFollowTruncatedCheckpoint(t *testing.T) {
 			more := records(2, 20, 10)
 			produce(t, topic, more)
 			low := int64(len(first) + 5)
-			if err := broker.Cluster.DeleteRecords(topic, 0, low); err != nil {
+			if err := broker.DeleteRecords(context.Background(), topic, 0, low); err != nil {
 				t.Fatal(err)
 			}
 			cfg2 := cfg
@@ -360,7 +362,7 @@ func TestFollowTruncatedCheckpoint(t *testing.T) {
 				}
 				return
 			}
-			hw := highs(topic, 1)
+			hw := highs(t, topic, 1)
 			waitFor(t, "rebuilt and following", 60*time.Second, func() bool {
 				tj := d2.c.table(t, "tr")
 				return tj.State == StateFollowing && caughtUp(tj, hw)
@@ -401,7 +403,7 @@ func TestFollowConflictFails(t *testing.T) {
 	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "votes").State == StateFollowing })
 	// A retry (same content) counts once; a new event counts.
 	produce(t, topic, []localkafka.Record{vote("e1", "a"), vote("e4", "b")})
-	waitFor(t, "the increment applied", 60*time.Second, func() bool { return caughtUp(d.c.table(t, "votes"), highs(topic, 1)) })
+	waitFor(t, "the increment applied", 60*time.Second, func() bool { return caughtUp(d.c.table(t, "votes"), highs(t, topic, 1)) })
 	want := oracle{"a": "2", "b": "2"}
 	if rows, _, _ := d.c.scan(t, "votes", 100); fmt.Sprint(rows) != fmt.Sprint(want) {
 		t.Fatalf("rows %v, oracle %v", rows, want)

@@ -81,13 +81,64 @@ func produce(t *testing.T, topic string, recs []localkafka.Record) {
 	}
 }
 
+// newTopic creates a topic of one partition with a name of its own and,
+// on a real Kafka, deletes it when the test ends.
 func newTopic(t *testing.T) string {
 	t.Helper()
 	topic := unique(t, "topic")
-	if err := broker.CreateTopic(topic, 1, nil); err != nil {
+	broker.TestTopic(t, topic, 1, nil)
+	return topic
+}
+
+// marksOf is each partition's marks of topic as the broker answers
+// ListOffsets and Metadata (on kfake and on Kafka alike).
+func marksOf(t testing.TB, topic string) map[int32]localkafka.Marks {
+	t.Helper()
+	m, err := broker.Marks(context.Background(), topic)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return topic
+	return m
+}
+
+// topicID is topic's ID as metadata reports it; the topic must exist.
+func topicID(t testing.TB, topic string) [16]byte {
+	t.Helper()
+	id, exists, err := broker.TopicID(context.Background(), topic)
+	if err != nil || !exists {
+		t.Fatalf("topic %s: exists %v, err %v", topic, exists, err)
+	}
+	return id
+}
+
+// recreate deletes topic and creates it again with parts partitions, and
+// returns its IDs before and after, asserting they differ. On kfake the
+// delete and the create are one instant; Kafka deletes asynchronously, so
+// there the topic is awaited gone first (a follower can see it missing
+// meanwhile).
+func recreate(t *testing.T, topic string, parts int32) (before, after [16]byte) {
+	t.Helper()
+	before = topicID(t, topic)
+	if broker.Real() {
+		if err := broker.DeleteTopic(context.Background(), topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := broker.CreateTopic(topic, parts, nil); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := broker.Cluster.DeleteTopic(topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := broker.Cluster.CreateTopic(topic, parts, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after = topicID(t, topic)
+	if before == after || after == ([16]byte{}) {
+		t.Fatalf("topic ID %x, then %x: not recreated", before, after)
+	}
+	return before, after
 }
 
 // kafkaTable is a table built by materialize.Rebuild from topic on the

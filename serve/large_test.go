@@ -188,7 +188,7 @@ func remapScenario(t *testing.T, slow bool) remapFigures {
 	cfg := baseConfig(t, followedTable("live", liveTopic, Follow{}), kafkaTable("big", bigTopic, nil))
 	cfg.InitialMmapSize = 1 << 20
 	d := start(t, cfg)
-	hw := highs(liveTopic, 1)
+	hw := highs(t, liveTopic, 1)
 	waitFor(t, "live following, caught up; big published", 120*time.Second, func() bool {
 		l, b := d.c.table(t, "live"), d.c.table(t, "big")
 		return l.State == StateFollowing && caughtUp(l, hw) && b.Generation != nil
@@ -244,7 +244,7 @@ func remapScenario(t *testing.T, slow bool) remapFigures {
 
 	more := bigRecords("k", 2, 200, 1024)
 	produce(t, liveTopic, more)
-	hw2 := highs(liveTopic, 1)
+	hw2 := highs(t, liveTopic, 1)
 	began := time.Now()
 	r := d.c.do(t, "POST", "/v1/tables/big/rebuild?wait=1", nil)
 	fig.publish = time.Since(began)

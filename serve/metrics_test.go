@@ -113,7 +113,7 @@ func TestMetricsFollowApply(t *testing.T) {
 	more := records(2, 120, 40)
 	produce(t, topic, more)
 	want = latestOracle(want, more)
-	hw := highs(topic, 1)
+	hw := highs(t, topic, 1)
 	waitFor(t, "the follower to apply the new records", 60*time.Second, func() bool {
 		return caughtUp(d.c.table(t, "live"), hw)
 	})

@@ -182,7 +182,7 @@ func TestReadyThroughFollowedRebuild(t *testing.T) {
 	mu.Lock()
 	want := latestOracle(nil, produced)
 	mu.Unlock()
-	hw := highs(topic, 1)
+	hw := highs(t, topic, 1)
 	waitFor(t, "the follower to apply every record", 60*time.Second, func() bool { return caughtUp(d.c.table(t, "big"), hw) })
 	rows, _, _ := d.c.scan(t, "big", 10000)
 	if diff := cmp.Diff(want, rows); diff != "" {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"go.uber.org/goleak"
 
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
@@ -49,6 +48,7 @@ func rebuildSetup(t *testing.T, cfg func(*Config)) (d *daemon, topic string, old
 // second batch; released at the latest when the test ends.
 func parkMidRebuild(t *testing.T, topic string) *localkafka.ParkedFetch {
 	t.Helper()
+	localkafka.KfakeOnly(t)
 	p := broker.ParkFetch(topic, 260)
 	t.Cleanup(p.Release)
 	return p
@@ -71,6 +71,7 @@ func waitParked(t *testing.T, p *localkafka.ParkedFetch) {
 // A second rebuild request meanwhile gets 409, and a page pinned to the old
 // generation gets 409 once it is gone.
 func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
+	localkafka.KfakeOnly(t) // parkMidRebuild holds a fetch (kfake ControlKey)
 	d, topic, old, neu, gen1 := rebuildSetup(t, nil)
 	c := d.c
 	p := parkMidRebuild(t, topic)
@@ -216,14 +217,10 @@ func TestFailedRunKeepsOldTable(t *testing.T) {
 	waitFor(t, "the first build", 60*time.Second, func() bool { return c.table(t, "t").State == StateReady })
 	gen1 := *c.table(t, "t").Generation
 
-	cl, err := broker.Client()
-	if err != nil {
+	// Awaited until metadata no longer lists it: Kafka deletes
+	// asynchronously.
+	if err := broker.DeleteTopic(context.Background(), topic); err != nil {
 		t.Fatal(err)
-	}
-	resp, err := kadm.NewClient(cl).DeleteTopics(context.Background(), topic)
-	cl.Close()
-	if err != nil || resp.Error() != nil {
-		t.Fatalf("delete topic: %v %v", err, resp.Error())
 	}
 
 	r := c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil)
@@ -256,6 +253,7 @@ func TestFailedRunKeepsOldTable(t *testing.T) {
 // nothing, and the next start serves the old table (and publishes on its
 // next run). No goroutine of Run outlives it.
 func TestShutdownMidRebuild(t *testing.T) {
+	localkafka.KfakeOnly(t) // parkMidRebuild holds a fetch (kfake ControlKey)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	d, topic, old, neu, gen1 := rebuildSetup(t, nil)
 	p := parkMidRebuild(t, topic)

@@ -166,7 +166,7 @@ func TestReloadKeepsCatchUpPaused(t *testing.T) {
 	if err := produceSeq(20); err != nil {
 		t.Fatal(err)
 	}
-	hw := highs(topic, 1)
+	hw := highs(t, topic, 1)
 	waitFor(t, "following the new generation to the end", 60*time.Second, func() bool {
 		tj := d.c.table(t, "seq")
 		return tj.State == StateFollowing && caughtUp(tj, hw)

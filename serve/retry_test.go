@@ -64,9 +64,7 @@ func TestFirstBuildRetriedUntilTopicExists(t *testing.T) {
 	}
 
 	// The topic appears: the table is built by a retry, no request made.
-	if err := broker.CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, 1, nil)
 	recs := records(1, 90, 30)
 	produce(t, topic, recs)
 	want := latestOracle(nil, recs)

@@ -214,7 +214,7 @@ func TestEmptyTableGuard(t *testing.T) {
 
 	for _, from := range [][]string{
 		{"--from-timestamp", future},
-		{"--from-offsets", fmt.Sprintf("0=%d,1=%d", broker.Cluster.PartitionInfo(topic, 0).HighWatermark, broker.Cluster.PartitionInfo(topic, 1).HighWatermark)},
+		{"--from-offsets", fmt.Sprintf("0=%d,1=%d", marksOf(t, topic)[0].High, marksOf(t, topic)[1].High)},
 	} {
 		r := mustCLI(t, exitConflict, rebuildArgs(topic, db, from...)...)
 		for _, s := range []string{fmt.Sprintf("table %q has %d keys", topic, len(want)), "--allow-empty"} {

@@ -108,9 +108,7 @@ func crashTopic(t *testing.T, partitions int32) string {
 	t.Helper()
 	name := regexp.MustCompile(`[^a-zA-Z0-9._-]+`).ReplaceAllString(t.Name(), "-")
 	topic := fmt.Sprintf("%s-%d", name, crashTopicSeq.Add(1))
-	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, partitions, nil)
 	return topic
 }
 

@@ -223,6 +223,7 @@ func (r *daemonRig) requestRebuild(t *testing.T, old uint64) uint64 {
 // old generation only), and the next start serves the old table; a
 // requested rebuild then publishes the table of every record.
 func TestDaemonSIGTERMMidRebuild(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	rng := newRand(t)
 	topic := newTopic(t, 1)
 	a := produce(t, topic, genRecords(rng, []int32{0}, 30))
@@ -281,6 +282,7 @@ func TestDaemonSIGTERMMidRebuild(t *testing.T) {
 // replaces the stale socket, serves the old table (the leftover removed)
 // and the next run publishes the table of every record.
 func TestDaemonKill9MidRebuild(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	rng := newRand(t)
 	topic := newTopic(t, 1)
 	a := produce(t, topic, genRecords(rng, []int32{0}, 30))

@@ -101,6 +101,7 @@ type parkedFetch struct {
 // below.
 func parkFetchBetween(t *testing.T, topic string, from, below int64) *parkedFetch {
 	t.Helper()
+	localkafka.KfakeOnly(t)
 	ch := make(chan struct{})
 	var once sync.Once
 	park := &parkedFetch{seen: make(chan struct{}), release: func() { once.Do(func() { close(ch) }) }}
@@ -240,6 +241,7 @@ func setValueFormatJSON(t *testing.T, r *daemonRig) {
 // 100 ms is wholly raw or wholly canonical, never raw after canonical;
 // the end state is canonical with every record.
 func TestFollowDefinitionChange(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := newTopic(t, 1)
 	var recs []rec
 	offs, err := broker.ProduceEach(context.Background(), topic, spaced(1, 60, 17))
@@ -249,7 +251,7 @@ func TestFollowDefinitionChange(t *testing.T) {
 	recs = append(recs, withOffsets(spaced(1, 60, 17), offs, true)...)
 	r := newDaemonRig(t, topic, "    follow: true\n    follow_interval: 50ms\n")
 	p := r.start(t)
-	high := func() int64 { return broker.Cluster.PartitionInfo(topic, 0).HighWatermark }
+	high := func() int64 { return marksOf(t, topic)[0].High }
 	awaitFollowedTo(t, r, p, "the first build", high())
 
 	// The sampler: GET /export every 100 ms until stopped.
@@ -410,6 +412,7 @@ func TestFollowDefinitionChange(t *testing.T) {
 // refused, and the follower applies new records raw. Then the table is
 // the canonical JSON of every record, and stays so as it is followed.
 func TestFollowDefinitionChangedWhileStopped(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := newTopic(t, 1)
 	first := spaced(5, 40, 11)
 	offs, err := broker.ProduceEach(context.Background(), topic, first)
@@ -417,7 +420,7 @@ func TestFollowDefinitionChangedWhileStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := withOffsets(first, offs, true)
-	high := func() int64 { return broker.Cluster.PartitionInfo(topic, 0).HighWatermark }
+	high := func() int64 { return marksOf(t, topic)[0].High }
 	r := newDaemonRig(t, topic, "    follow: true\n    follow_interval: 50ms\n")
 	p := r.start(t)
 	awaitFollowedTo(t, r, p, "the first build", high())

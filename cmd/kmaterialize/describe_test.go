@@ -25,7 +25,7 @@ func TestDescribe(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := broker.Cluster.DeleteRecords(topic, 0, 1); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := broker.BeginTxn(ctx, topic, topic+"-open")
@@ -44,8 +44,10 @@ func TestDescribe(t *testing.T) {
 		Leader    int32 `json:"leader"`
 	}
 	var want []row
-	for _, pi := range broker.Cluster.PartitionInfos(topic) {
-		want = append(want, row{pi.Partition, pi.LogStartOffset, pi.HighWatermark, pi.LastStableOffset, pi.Leader})
+	marks := marksOf(t, topic)
+	for p := int32(0); p < int32(len(marks)); p++ {
+		m := marks[p]
+		want = append(want, row{p, m.Low, m.High, m.LSO, m.Leader})
 	}
 	r := mustCLI(t, 0, "describe", "--brokers", broker.Addr, "--topic", topic, "--format", "json")
 	var got struct {
@@ -106,10 +108,11 @@ func TestDescribeGroup(t *testing.T) {
 	}
 	expect := func(topic string, commits map[int32]int64) []row {
 		var out []row
-		for _, pi := range broker.Cluster.PartitionInfos(topic) {
-			r := row{Topic: topic, Partition: pi.Partition, High: pi.HighWatermark}
-			if c, ok := commits[pi.Partition]; ok {
-				lag := pi.HighWatermark - c
+		marks := marksOf(t, topic)
+		for p := int32(0); p < int32(len(marks)); p++ {
+			r := row{Topic: topic, Partition: p, High: marks[p].High}
+			if c, ok := commits[p]; ok {
+				lag := marks[p].High - c
 				r.Committed, r.Lag = &c, &lag
 			}
 			out = append(out, r)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 )
 
 // devProc is a `kmaterialize dev broker` child process: its stdout is read
@@ -162,6 +164,7 @@ type devRecord struct {
 // started again on DIR has the records; a --topic that contradicts DIR is
 // refused with exit 2.
 func TestDevBroker(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	data := filepath.Join(t.TempDir(), "broker")
 	topics := []string{"--topic", "a:3", "--topic", "b:1:compact", "--data-dir", data}
 	p, addr := startDevBroker(t, topics...)
@@ -399,6 +402,7 @@ func checkDevRecords(t *testing.T, what string, want, got []devRecord) {
 // confluent-kafka-go), then rebuild, get and update through
 // KMATERIALIZE_BROKERS. The table must hold what the printed records say.
 func TestDemoNextSteps(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	out := mustCLI(t, 0, "demo").stdout
 	_, next, ok := strings.Cut(out, "\nNext steps")
 	if !ok {

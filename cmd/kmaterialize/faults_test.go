@@ -101,6 +101,7 @@ func rebuildParked(t *testing.T, b *localkafka.Broker, topic string, from int64,
 // TestRebuildMetadataLeaderNotAvailable: one LEADER_NOT_AVAILABLE on the
 // topic's metadata is retried: exit 0 and the exact table.
 func TestRebuildMetadataLeaderNotAvailable(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := faultTopic(t, broker, 3)
 	recs := produce(t, topic, genRecords(newRand(t), []int32{0, 1, 2}, 50))
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Err: kerr.LeaderNotAvailable, Count: 1})
@@ -119,6 +120,7 @@ func TestRebuildMetadataLeaderNotAvailable(t *testing.T) {
 // no advice about transactions, and the table published before is
 // unchanged.
 func TestRebuildBrokerStoppedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	b, err := localkafka.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +159,7 @@ func TestRebuildBrokerStoppedMidRead(t *testing.T) {
 // in the middle of a partition: exit 5 "topic deleted", the previous table
 // unchanged.
 func TestRebuildTopicDeletedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := faultTopic(t, broker, 2)
 	first := produceEachTo(t, broker, topic, []int32{0, 1}, 30)
 	db := dbPath(t)
@@ -186,6 +189,7 @@ func TestRebuildTopicDeletedMidRead(t *testing.T) {
 // left out: the table is the captured partitions' fold, a warning names the
 // new partitions, and `tables` shows the partitions the table covers.
 func TestRebuildPartitionsAdded(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := faultTopic(t, broker, 2)
 	recs := produceEachTo(t, broker, topic, []int32{0, 1}, 40)
 	db := dbPath(t)
@@ -253,6 +257,7 @@ func errorLine(t *testing.T, stderr string) string {
 // partition. The rebuild either publishes exactly the oracle's table or
 // exits 5 keeping the previous one; never anything else.
 func TestRebuildBrokerRestartedMidRead(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	dir := t.TempDir()
 	b, err := localkafka.Start(kfake.DataDir(dir))
 	if err != nil {

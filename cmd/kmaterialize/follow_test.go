@@ -211,7 +211,7 @@ tables:
 	awaitApplying(t, cl, p)
 	hw := map[int32]int64{}
 	for part := int32(0); part < parts; part++ {
-		hw[part] = broker.Cluster.PartitionInfo(topic, part).HighWatermark
+		hw[part] = marksOf(t, topic)[part].High
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -23,6 +23,7 @@ import (
 // topics' fetches pass untouched.
 func holdFetches(t *testing.T, topic string) (release func()) {
 	t.Helper()
+	localkafka.KfakeOnly(t)
 	id := broker.Cluster.TopicInfo(topic).TopicID
 	var (
 		mu       sync.Mutex
@@ -90,6 +91,7 @@ func generations(t *testing.T, path string) map[uint64]string {
 // rebuild's unpublished generation is left behind, and the next rebuild
 // removes it and publishes the table of every record.
 func TestKill9MidRebuild(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	rng := newRand(t)
 	topic := newTopic(t, 1)
 	db := dbPath(t)
@@ -174,6 +176,7 @@ func TestKill9MidRebuild(t *testing.T) {
 // exits 4, publishes nothing, and drops its own generation at once (no
 // leftover for the next open, unlike a kill -9).
 func TestSIGINTMidRebuild(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	rng := newRand(t)
 	topic := newTopic(t, 1)
 	db := dbPath(t)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -70,8 +71,8 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build kmaterialize:", err)
 		return 1
 	}
-	// Under KMATERIALIZE_TEST_KAFKA the broker is that real Kafka (tests
-	// that need kfake call localkafka.KfakeOnly).
+	// A kfake of the process's own, or the real Kafka that
+	// KMATERIALIZE_TEST_KAFKA names (scripts/test-kafka).
 	return localkafka.RunTests(m, &broker)
 }
 
@@ -109,20 +110,73 @@ func rebuildArgs(topic, db string, extra ...string) []string {
 // runName names what one run of one test creates on the shared broker
 // (topics, groups, transactional ids): the test's name and a number unique
 // in the process, so that -count=N runs never see each other's data.
+// Kafka's names are [a-zA-Z0-9._-], at most 249 characters: other
+// characters become '-' and a long test name keeps its end.
 func runName(t *testing.T) string {
-	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()), runSeq.Add(1))
+	name := regexp.MustCompile(`[^a-zA-Z0-9._-]+`).ReplaceAllString(strings.ReplaceAll(t.Name(), " ", "_"), "-")
+	if len(name) > 180 {
+		name = name[len(name)-180:]
+	}
+	return fmt.Sprintf("%s-%d", name, runSeq.Add(1))
 }
 
 var runSeq atomic.Int64
 
-// newTopic creates a topic named after the test (and the run).
+// newTopic creates a topic named after the test (and the run) and, on a
+// real Kafka, deletes it when the test ends.
 func newTopic(t *testing.T, partitions int32) string {
 	t.Helper()
 	topic := runName(t)
-	if err := broker.CreateTopic(topic, partitions, nil); err != nil {
+	broker.TestTopic(t, topic, partitions, nil)
+	return topic
+}
+
+// marksOf is each partition's marks of topic as the broker answers
+// ListOffsets and Metadata (on kfake and on Kafka alike).
+func marksOf(t testing.TB, topic string) map[int32]localkafka.Marks {
+	t.Helper()
+	m, err := broker.Marks(context.Background(), topic)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return topic
+	return m
+}
+
+// topicID is topic's ID as metadata reports it; the topic must exist.
+func topicID(t testing.TB, topic string) [16]byte {
+	t.Helper()
+	id, exists, err := broker.TopicID(context.Background(), topic)
+	if err != nil || !exists {
+		t.Fatalf("topic %s: exists %v, err %v", topic, exists, err)
+	}
+	return id
+}
+
+// recreate deletes topic and creates it again with parts partitions, and
+// returns its IDs before and after, asserting they differ. On kfake the
+// delete and the create are one instant; Kafka deletes asynchronously, so
+// there the topic is awaited gone first.
+func recreate(t *testing.T, topic string, parts int32) (before, after [16]byte) {
+	t.Helper()
+	before = topicID(t, topic)
+	if broker.Real() {
+		if err := broker.DeleteTopic(context.Background(), topic); err != nil {
+			t.Fatal(err)
+		}
+		broker.TestTopic(t, topic, parts, nil)
+	} else {
+		if err := broker.Cluster.DeleteTopic(topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := broker.Cluster.CreateTopic(topic, parts, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after = topicID(t, topic)
+	if before == after || after == ([16]byte{}) {
+		t.Fatalf("topic ID %x, then %x: not recreated", before, after)
+	}
+	return before, after
 }
 
 func dbPath(t *testing.T) string {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 )
 
 // TestQueries: get, scan and tables on the full scenario's table, against the
@@ -104,7 +106,7 @@ func TestQueries(t *testing.T) {
 		t.Fatalf("tables output has %d partition rows, want 4:\n%s", len(rows), r.stdout)
 	}
 	for i, row := range rows {
-		hw := broker.Cluster.PartitionInfo(s.topic, int32(i)).HighWatermark
+		hw := marksOf(t, s.topic)[int32(i)].High
 		wantRow := []string{strconv.Itoa(i), "0", "0", strconv.FormatInt(hw, 10), strconv.FormatInt(hw, 10)}
 		if strings.Join(row[1:], " ") != strings.Join(wantRow, " ") {
 			t.Fatalf("tables partition row %q, want partition low start end-mark reached = %v", row[0], wantRow)
@@ -155,66 +157,70 @@ func TestUsage(t *testing.T) {
 		}
 	}
 
-	r := mustCLI(t, 0, "demo")
-	// The scan section is the JSON object between the scan and the tables
-	// prompts.
-	_, after, ok := strings.Cut(r.stdout, "$ kmaterialize scan")
-	if !ok {
-		t.Fatalf("demo printed no scan:\n%s", r.stdout)
-	}
-	_, after, _ = strings.Cut(after, "\n")
-	scanned, _, ok := strings.Cut(after, "\n$ kmaterialize tables")
-	if !ok {
-		t.Fatalf("demo printed no tables listing:\n%s", r.stdout)
-	}
-	var got map[string]string
-	if err := jsonUnmarshal(scanned, &got); err != nil {
-		t.Fatalf("demo table is not a JSON object: %v\n%s", err, scanned)
-	}
-	// The demo's stream, as its help describes it: acct-1..12 over 3 rounds
-	// (last round wins, i*100+30), acct-7 tombstoned, the aborted
-	// transaction's values never seen, and the committed transfer setting
-	// acct-4 and acct-5.
-	want := map[string]string{}
-	for i := 1; i <= 12; i++ {
-		want[fmt.Sprintf("acct-%d", i)] = fmt.Sprintf("%d.00", i*100+30)
-	}
-	delete(want, "acct-7")
-	want["acct-4"], want["acct-5"] = "350.00", "610.00"
-	checkTable(t, want, got)
-
-	// The closing text explains the table: the tombstoned key gone, the
-	// aborted values absent (and what the keys hold instead), the
-	// committed transfer, the null-keyed record skipped and counted.
-	_, explained, ok := strings.Cut(r.stdout, "\nWhat the output shows:\n")
-	if !ok {
-		t.Fatalf("demo printed no explanation:\n%s", r.stdout)
-	}
-	explained, next, ok := strings.Cut(explained, "\nNext steps")
-	if !ok {
-		t.Fatalf("demo printed no next steps:\n%s", r.stdout)
-	}
-	for _, w := range []string{
-		"acct-7 is not in the table: its last record is a tombstone",
-		fmt.Sprintf("acct-1 is %s and acct-2 is %s, never 999999.00 or -1.00", want["acct-1"], want["acct-2"]),
-		"aborted", "read_committed",
-		fmt.Sprintf("acct-4 is %s and acct-5 is %s: written in a committed transaction", want["acct-4"], want["acct-5"]),
-		"records skipped: 1 (null_key=1): a record without a key",
-	} {
-		if !strings.Contains(explained, w) {
-			t.Errorf("the explanation does not say %q:\n%s", w, explained)
+	// The demo starts its own kfake: kfake-only by nature.
+	t.Run("demo", func(t *testing.T) {
+		localkafka.KfakeOnly(t)
+		r := mustCLI(t, 0, "demo")
+		// The scan section is the JSON object between the scan and the tables
+		// prompts.
+		_, after, ok := strings.Cut(r.stdout, "$ kmaterialize scan")
+		if !ok {
+			t.Fatalf("demo printed no scan:\n%s", r.stdout)
 		}
-	}
-	if _, ok := got["999999.00"]; ok || strings.Contains(scanned, "999999.00") {
-		t.Errorf("an aborted value is in the table:\n%s", scanned)
-	}
-	// The next steps must work after the demo exits: they start a broker
-	// of their own and never name the demo's removed temporary database
-	// (TestDemoNextSteps runs them).
-	if !strings.Contains(next, "$ kmaterialize dev broker --topic account-balances:4") {
-		t.Errorf("the next steps do not start the dev broker:\n%s", next)
-	}
-	if strings.Contains(next, "kmaterialize-demo-") {
-		t.Errorf("the next steps name the demo's temporary database, gone after it exits:\n%s", next)
-	}
+		_, after, _ = strings.Cut(after, "\n")
+		scanned, _, ok := strings.Cut(after, "\n$ kmaterialize tables")
+		if !ok {
+			t.Fatalf("demo printed no tables listing:\n%s", r.stdout)
+		}
+		var got map[string]string
+		if err := jsonUnmarshal(scanned, &got); err != nil {
+			t.Fatalf("demo table is not a JSON object: %v\n%s", err, scanned)
+		}
+		// The demo's stream, as its help describes it: acct-1..12 over 3 rounds
+		// (last round wins, i*100+30), acct-7 tombstoned, the aborted
+		// transaction's values never seen, and the committed transfer setting
+		// acct-4 and acct-5.
+		want := map[string]string{}
+		for i := 1; i <= 12; i++ {
+			want[fmt.Sprintf("acct-%d", i)] = fmt.Sprintf("%d.00", i*100+30)
+		}
+		delete(want, "acct-7")
+		want["acct-4"], want["acct-5"] = "350.00", "610.00"
+		checkTable(t, want, got)
+
+		// The closing text explains the table: the tombstoned key gone, the
+		// aborted values absent (and what the keys hold instead), the
+		// committed transfer, the null-keyed record skipped and counted.
+		_, explained, ok := strings.Cut(r.stdout, "\nWhat the output shows:\n")
+		if !ok {
+			t.Fatalf("demo printed no explanation:\n%s", r.stdout)
+		}
+		explained, next, ok := strings.Cut(explained, "\nNext steps")
+		if !ok {
+			t.Fatalf("demo printed no next steps:\n%s", r.stdout)
+		}
+		for _, w := range []string{
+			"acct-7 is not in the table: its last record is a tombstone",
+			fmt.Sprintf("acct-1 is %s and acct-2 is %s, never 999999.00 or -1.00", want["acct-1"], want["acct-2"]),
+			"aborted", "read_committed",
+			fmt.Sprintf("acct-4 is %s and acct-5 is %s: written in a committed transaction", want["acct-4"], want["acct-5"]),
+			"records skipped: 1 (null_key=1): a record without a key",
+		} {
+			if !strings.Contains(explained, w) {
+				t.Errorf("the explanation does not say %q:\n%s", w, explained)
+			}
+		}
+		if _, ok := got["999999.00"]; ok || strings.Contains(scanned, "999999.00") {
+			t.Errorf("an aborted value is in the table:\n%s", scanned)
+		}
+		// The next steps must work after the demo exits: they start a broker
+		// of their own and never name the demo's removed temporary database
+		// (TestDemoNextSteps runs them).
+		if !strings.Contains(next, "$ kmaterialize dev broker --topic account-balances:4") {
+			t.Errorf("the next steps do not start the dev broker:\n%s", next)
+		}
+		if strings.Contains(next, "kmaterialize-demo-") {
+			t.Errorf("the next steps name the demo's temporary database, gone after it exits:\n%s", next)
+		}
+	})
 }

@@ -50,11 +50,11 @@ func fullScenario(t *testing.T) scenario {
 		last[r.P] = max(last[r.P], r.O)
 	}
 	for _, p := range []int32{0, 3} {
-		if hw := broker.Cluster.PartitionInfo(topic, p).HighWatermark; hw != last[p]+2 {
+		if hw := marksOf(t, topic)[p].High; hw != last[p]+2 {
 			t.Fatalf("setup: partition %d high watermark %d, want the commit marker at %d to be last", p, hw, last[p]+1)
 		}
 	}
-	if hw := broker.Cluster.PartitionInfo(topic, 2).HighWatermark; hw != 0 {
+	if hw := marksOf(t, topic)[2].High; hw != 0 {
 		t.Fatalf("setup: partition 2 high watermark %d, want empty", hw)
 	}
 	return scenario{topic: topic, recs: all}
@@ -87,7 +87,7 @@ func TestFullReplay(t *testing.T) {
 		t.Fatalf("tables: %d partitions, want 4", len(tb.Partitions))
 	}
 	for i, p := range tb.Partitions {
-		hw := broker.Cluster.PartitionInfo(s.topic, int32(i)).HighWatermark
+		hw := marksOf(t, s.topic)[int32(i)].High
 		if p.Partition != int32(i) || p.Low != 0 || p.Start != 0 || p.High != hw || p.End != hw {
 			t.Fatalf("tables: partition %+v, want partition %d low 0 start 0 end mark and reached %d", p, i, hw)
 		}
@@ -117,7 +117,7 @@ func TestFromOffsets(t *testing.T) {
 	checkTable(t, want, scanTable(t, db, topic))
 
 	// Below the retained low: starts at the low, and says so.
-	if err := broker.Cluster.DeleteRecords(topic, 1, 3); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	r := mustCLI(t, 0, rebuildArgs(topic, db, "--from-offsets", "1=1,3=4")...)
@@ -141,7 +141,7 @@ func TestFromOffsets(t *testing.T) {
 	gen := tablesJSON(t, db)[topic].Generation
 
 	// Above the high mark: bad usage, naming partition, offset and high mark.
-	hw := broker.Cluster.PartitionInfo(topic, 3).HighWatermark
+	hw := marksOf(t, topic)[3].High
 	r = mustCLI(t, exitUsage, rebuildArgs(topic, db, "--from-offsets", fmt.Sprintf("3=%d", hw+5))...)
 	for _, s := range []string{"partition 3", fmt.Sprintf("start offset %d", hw+5), fmt.Sprintf("high mark %d", hw)} {
 		if !strings.Contains(r.stderr, s) {
@@ -256,8 +256,8 @@ func TestOpenTransaction(t *testing.T) {
 	}()
 	after := produce(t, topic, genRecords(rng, []int32{0, 1}, 8)) // committed, past the LSO on partition 0
 	all = append(all, after...)
-	info := broker.Cluster.PartitionInfo(topic, 0)
-	lso, high := info.LastStableOffset, info.HighWatermark
+	info := marksOf(t, topic)[0]
+	lso, high := info.LSO, info.High
 	if lso != openOffs[0] || high <= lso {
 		t.Fatalf("setup: partition 0 LSO %d high %d, want the LSO at the open transaction's first offset %d", lso, high, openOffs[0])
 	}
@@ -309,7 +309,7 @@ func TestUnavailable(t *testing.T) {
 	if !strings.Contains(r.stderr, missing) {
 		t.Fatalf("stderr does not name the topic:\n%s", r.stderr)
 	}
-	if broker.Cluster.TopicInfo(missing) != nil {
+	if _, exists, err := broker.TopicID(context.Background(), missing); err != nil || exists {
 		t.Fatal("the rebuild created the missing topic")
 	}
 

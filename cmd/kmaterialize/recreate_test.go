@@ -25,20 +25,10 @@ func TestUpdateRecreatedTopic(t *testing.T) {
 		ends[p.Partition] = p.End
 	}
 
-	was := broker.Cluster.TopicInfo(topic).TopicID
-	if err := broker.Cluster.DeleteTopic(topic); err != nil {
-		t.Fatal(err)
-	}
-	if err := broker.CreateTopic(topic, 2, nil); err != nil {
-		t.Fatal(err)
-	}
-	now := broker.Cluster.TopicInfo(topic).TopicID
-	if was == now || now == ([16]byte{}) {
-		t.Fatalf("topic ID %x, then %x: not recreated", was, now)
-	}
+	was, now := recreate(t, topic, 2)
 	fresh := produce(t, topic, genRecords(rng, []int32{0, 1}, 400))
 	for p, end := range ends {
-		if high := broker.Cluster.PartitionInfo(topic, p).HighWatermark; high <= end {
+		if high := marksOf(t, topic)[p].High; high <= end {
 			t.Fatalf("partition %d: the new topic's high %d is not past the checkpoint %d", p, high, end)
 		}
 	}

@@ -188,9 +188,9 @@ func TestReloadDuringCatchUp(t *testing.T) {
 		t.Fatalf("at the catch-up: %+v; want state rebuilding, the requested run going, the follower not running", paused)
 	}
 	// Records arrive that a follower started again would apply.
-	before := brokerHighs(topic, parts)
+	before := brokerHighs(t, topic, parts)
 	await("records produced past the paused follower", func(followedJSON) bool {
-		h := brokerHighs(topic, parts)
+		h := brokerHighs(t, topic, parts)
 		return h[0] > before[0] && h[1] > before[1]
 	})
 
@@ -227,7 +227,7 @@ func TestReloadDuringCatchUp(t *testing.T) {
 		return f.State == "following" && f.Generation != nil && *f.Generation != *first.Generation && f.Follow != nil && f.Follow.Running
 	})
 	stopAll()
-	hw := brokerHighs(topic, parts)
+	hw := brokerHighs(t, topic, parts)
 	await("the follower at the high watermarks", func(f followedJSON) bool { return f.State == "following" && cmp.Equal(f.ends(), hw) })
 	want, _, _ := oracle(all, nil)
 	checkKeys(t, cl, table, want)
@@ -246,10 +246,10 @@ func TestReloadDuringCatchUp(t *testing.T) {
 }
 
 // brokerHighs are the broker's high watermarks of parts.
-func brokerHighs(topic string, parts []int32) map[int32]int64 {
+func brokerHighs(t testing.TB, topic string, parts []int32) map[int32]int64 {
 	out := map[int32]int64{}
 	for _, p := range parts {
-		out[p] = broker.Cluster.PartitionInfo(topic, p).HighWatermark
+		out[p] = marksOf(t, topic)[p].High
 	}
 	return out
 }

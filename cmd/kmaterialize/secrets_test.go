@@ -126,6 +126,7 @@ func noSecret(t *testing.T, secret, what string, outs ...string) {
 // secret-named property librdkafka rejects, whose value it quotes) are
 // checked too, and must still exit with their documented codes.
 func TestSecretsNeverShown(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	r := newSASLRig(t)
 	topic := r.topic(t, 3)
 	recs := r.produce(t, topic, genRecords(newRand(t), []int32{0, 1, 2}, 200))
@@ -208,6 +209,7 @@ func TestSecretsNeverShown(t *testing.T) {
 // every read route, /metrics, and a failing table's status (a second
 // daemon whose password is wrong) for the secrets.
 func TestSecretsNotInDaemon(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	r := newSASLRig(t)
 	topic := r.topic(t, 2)
 	want, _, _ := oracle(r.produce(t, topic, genRecords(newRand(t), []int32{0, 1}, 100)), nil)
@@ -276,6 +278,7 @@ func TestSecretsNotInDaemon(t *testing.T) {
 // source holds the right password, so each pair below shows which one
 // librdkafka got.
 func TestPropertiesPrecedence(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	r := newSASLRig(t)
 	topic := r.topic(t, 1)
 	want, _, _ := oracle(r.produce(t, topic, genRecords(newRand(t), []int32{0}, 30)), nil)

@@ -267,6 +267,7 @@ func TestDaemonSIGTERMDuringMerge(t *testing.T) {
 // shutdown_timeout, the file holds only the old generation, and the
 // restart serves the old table.
 func TestDaemonSIGTERMDuringReplay(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	rng := newRand(t)
 	topic := newTopic(t, 1)
 	a := produce(t, topic, genRecords(rng, []int32{0}, 30))

@@ -21,11 +21,10 @@ import (
 // in flight; it finishes that transaction and exits 0 with a committed
 // summary, and a later bounded copy completes the destination exactly once.
 func TestCopyFollowSIGTERM(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	n := newCopyNames(t)
 	src := copySource(t, n.src, 90)
-	if err := broker.CreateTopic(n.dst, 3, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, n.dst, 3, nil)
 	h := holdRequest(t, kmsg.EndTxn, 1, endTxnCommit(n.tid))
 	p := startProc(t, n.copyArgs(append([]string{"--follow"}, tinyFetches...)...)...)
 	waitHeld(t, p, h, sessionBound, "the copier's second commit")
@@ -56,9 +55,7 @@ func TestVerifyByValue(t *testing.T) {
 	name := runName(t)
 	src, dst := name+"-src", name+"-dst"
 	for _, tp := range []string{src, dst} {
-		if err := broker.CreateTopic(tp, 1, nil); err != nil {
-			t.Fatal(err)
-		}
+		broker.TestTopic(t, tp, 1, nil)
 	}
 	cl, err := broker.Client()
 	if err != nil {

@@ -313,7 +313,7 @@ func TestUpdateRecordsDeleted(t *testing.T) {
 	all = append(all, produce(t, topic, genRecords(rng, []int32{0, 1, 2}, 300))...)
 	// Partition 1 loses records the table has not read.
 	low := cp + 5
-	if err := broker.Cluster.DeleteRecords(topic, 1, low); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 1, low); err != nil {
 		t.Fatal(err)
 	}
 	before := bin(t, 0, "export", "--db", db, "--table", table).stdout
@@ -380,10 +380,9 @@ func TestUpdateAddedPartition(t *testing.T) {
 // default retention the update goes ahead; with DescribeConfigs denied it
 // is refused and says so.
 func TestUpdateCompactedTombstones(t *testing.T) {
+	localkafka.KfakeOnly(t)
 	topic := runName(t)
-	if err := broker.CreateTopic(topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "1"}); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "1"})
 	db := dbPath(t)
 	const table = "config"
 	produce(t, topic, []localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}})
@@ -417,9 +416,7 @@ func TestUpdateCompactedTombstones(t *testing.T) {
 
 	// The default retention (24h): the update goes ahead.
 	topic2 := runName(t)
-	if err := broker.CreateTopic(topic2, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
-		t.Fatal(err)
-	}
+	broker.TestTopic(t, topic2, 1, map[string]string{"cleanup.policy": "compact"})
 	produce(t, topic2, []localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}})
 	bin(t, 0, rebuildArgs(topic2, db, "--table", "t2")...)
 	produce(t, topic2, []localkafka.Record{{Key: []byte("k1")}, {Key: []byte("k2"), Value: []byte("b")}})
@@ -571,7 +568,7 @@ func TestRoutedUpdate(t *testing.T) {
 
 	cp := tablesJSON(t, rig.db)[rig.table].Partitions[0].End
 	all = append(all, produce(t, topic, genRecords(rng, parts, 100))...)
-	if err := broker.Cluster.DeleteRecords(topic, 0, cp+1); err != nil {
+	if err := broker.DeleteRecords(context.Background(), topic, 0, cp+1); err != nil {
 		t.Fatal(err)
 	}
 	r = bin(t, 4, "update", "--db", rig.db, "--table", rig.table)
@@ -795,7 +792,7 @@ func TestRoutedUpdateFollowedTable(t *testing.T) {
 	want, _, _ := oracle(all, nil)
 	hw := map[int32]int64{}
 	for _, p := range parts {
-		hw[p] = broker.Cluster.PartitionInfo(topic, p).HighWatermark
+		hw[p] = marksOf(t, topic)[p].High
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
