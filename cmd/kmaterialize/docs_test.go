@@ -467,3 +467,38 @@ func flat(xs [][]string) []string {
 	}
 	return out
 }
+
+// TestDocsACLTable: the README's table of the ACLs each command needs is
+// docs/security.md's, row for row (security.md is where it is explained;
+// the README shows it because operators look there first).
+func TestDocsACLTable(t *testing.T) {
+	rows := func(file string) []string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(repoRoot, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const head = "| command | resource, pattern type, operation |"
+		s := string(b)
+		i := strings.Index(s, head)
+		if i < 0 {
+			t.Fatalf("%s has no ACL table (%q)", file, head)
+		}
+		var out []string
+		for _, line := range strings.Split(s[i:], "\n") {
+			if !strings.HasPrefix(line, "|") {
+				break
+			}
+			out = append(out, line)
+		}
+		if len(out) < 4 {
+			t.Fatalf("%s's ACL table has %d lines", file, len(out))
+		}
+		return out
+	}
+	readme, security := rows("README.md"), rows("docs/security.md")
+	if strings.Join(readme, "\n") != strings.Join(security, "\n") {
+		t.Fatalf("README.md's ACL table differs from docs/security.md's:\nREADME:\n%s\nsecurity.md:\n%s",
+			strings.Join(readme, "\n"), strings.Join(security, "\n"))
+	}
+}
