@@ -436,12 +436,13 @@ func TestUpdateCompactedTombstones(t *testing.T) {
 	bin(t, 0, updateArgs(imported, "t2", "--rebuild-if-needed")...)
 	checkTable(t, map[string]string{"k2": "b"}, scanTable(t, imported, "t2"))
 
-	// DescribeConfigs denied: the age cannot be judged, so it is refused.
+	// DescribeConfigs denied: the age cannot be judged, so it is refused,
+	// exit 5 as every refusal by the authorizer (TestACLsPerCommand).
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic2,
 		Err: kerr.TopicAuthorizationFailed, Count: -1})
 	defer h.Remove()
 	produce(t, topic2, []localkafka.Record{{Key: []byte("k3"), Value: []byte("c")}})
-	r = bin(t, 4, updateArgs(db, "t2")...)
+	r = bin(t, 5, updateArgs(db, "t2")...)
 	if h.Hits() == 0 {
 		t.Fatal("the DescribeConfigs fault never fired")
 	}
