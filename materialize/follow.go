@@ -58,7 +58,7 @@ func splitFollowMemory(m int64) followMemorySplit {
 	return followMemorySplit{prefetchKiB: int(max(m/8/1024, 1)), apply: max(m/16, 1)}
 }
 
-// ErrNoCheckpoint is returned by Follow when the table has no checkpoint to
+// ErrNoCheckpoint is returned by KeepCurrent when the table has no checkpoint to
 // follow from (it was never published by a rebuild).
 var ErrNoCheckpoint = errors.New("table has no checkpoint")
 
@@ -109,8 +109,8 @@ type FollowOptions struct {
 	Log      zerolog.Logger
 }
 
-// Follow keeps table opts.Spec's published generation current: it reads
-// the topic with read_committed from the table's checkpoint (replay.Follow)
+// KeepCurrent keeps table opts.Spec's published generation current: it reads
+// the topic with read_committed from the table's checkpoint (replay.Tail)
 // and applies what it reads with store.DB.Apply, each transaction holding
 // the rows and the checkpoint's new positions together, so a restart (clean
 // or a kill) resumes where the last commit left off: no record lost, none
@@ -132,7 +132,7 @@ type FollowOptions struct {
 // and the checkpoint's capture time (which moves only when the follower
 // has caught up with live marks) compared with the retention: a follower
 // that stayed behind longer than that stops the same way. A retried
-// Follow (after a retriable error) checks again at its start.
+// KeepCurrent (after a retriable error) checks again at its start.
 //
 // It returns nil when ctx ends, and otherwise the first error: a conflict or
 // a bad record the fold refuses (the batch is not applied), records deleted
@@ -142,7 +142,7 @@ type FollowOptions struct {
 // that moved the checkpoint since this follower read it (ErrCheckpointMoved,
 // nothing of the batch applied: follow again from the stored checkpoint), a
 // client error. The table keeps its last applied state in every case.
-func Follow(ctx context.Context, opts FollowOptions) error {
+func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 	table := opts.Spec.TableName()
 	if err := opts.Spec.Validate(); err != nil {
 		return err
@@ -246,7 +246,7 @@ func Follow(ctx context.Context, opts FollowOptions) error {
 	var rerr error
 	go func() {
 		defer close(done)
-		rerr = replay.Follow(rctx, fc, func(b replay.FollowBatch) error {
+		rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
 			if err := room.Acquire(rctx, weight(b)); err != nil {
 				return err
 			}
@@ -371,7 +371,7 @@ func (s Spec) foldName() string {
 	return s.Fold
 }
 
-// FollowRetriable reports whether Follow's error may pass without a
+// FollowRetriable reports whether KeepCurrent's error may pass without a
 // rebuild, so that following is worth retrying: Kafka unavailable, a
 // client error, a rebuild that published another generation meanwhile,
 // another writer that moved the checkpoint (ErrCheckpointMoved).

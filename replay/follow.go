@@ -163,15 +163,15 @@ type FollowBatch struct {
 }
 
 // FollowSink receives a follower's batches. An error stops the follower and
-// is returned by Follow as is.
+// is returned by Tail as is.
 type FollowSink func(FollowBatch) error
 
-// Follow reads c.Topic from c.From until ctx ends (then it returns nil) or
+// Tail reads c.Topic from c.From until ctx ends (then it returns nil) or
 // an error: Check's refusal at the start, a sink error, records deleted
 // under a position (ErrRecordsRemoved), the topic deleted, a fatal client
 // error. Transient broker errors are retried by the client for as long as
 // they last; the live marks say how far behind the follower is meanwhile.
-func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
+func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	base := c.Config.withDefaults()
 	c.Config = base
 	if c.Interval <= 0 {
