@@ -36,27 +36,14 @@
 // write: a Folder that keeps them must copy them.
 package fold
 
-import "time"
+import "github.com/kmaterialize/kmaterialize/record"
 
-// Record is one Kafka record as a fold sees it: position, key and value.
-// A nil Key is a null key; a nil Value is a null value (a tombstone). An empty,
-// non-nil slice is a present but empty key or value.
-type Record struct {
-	Partition int32
-	Offset    int64
-	Timestamp time.Time
-	Key       []byte
-	Value     []byte
-	// Headers are the record's headers, filled only when the reader was
-	// asked for them (replay.Config.Headers); folds need not look.
-	Headers []Header
-}
+// Record is one Kafka record as a fold sees it (package record owns the
+// type, so that the reader hands records out without importing fold).
+type Record = record.Record
 
 // Header is one record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+type Header = record.Header
 
 // KV is an ordered byte key-value namespace inside the generation being built.
 type KV interface {

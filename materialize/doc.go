@@ -2,7 +2,7 @@
 // its records into a fresh generation of a table, and publish the generation
 // together with its checkpoint, or publish nothing; and likewise one
 // incremental update from the checkpoint (Update, update.go) and one import
-// of an export document (Import, import.go). Follow (follow.go) keeps a
+// of an export document (Import, import.go). KeepCurrent (follow.go) keeps a
 // published table current: it applies what a follower reads in small
 // transactions, each holding rows and checkpoint together.
 //

@@ -21,7 +21,7 @@ func (r *followRig) followWith(maxApplyBytes int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
 	go func() {
-		r.done <- materialize.Follow(ctx, materialize.FollowOptions{
+		r.done <- materialize.KeepCurrent(ctx, materialize.FollowOptions{
 			DB: r.db, Spec: r.spec, Status: r.status, Log: r.log,
 			Replay:   replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second},
 			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond,

@@ -136,7 +136,7 @@ func TestWritersRaceOnCheckpoint(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := materialize.Follow(ctx, materialize.FollowOptions{
+				err := materialize.KeepCurrent(ctx, materialize.FollowOptions{
 					DB: r.db, Spec: r.spec, Log: r.log,
 					Replay:   replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second},
 					Interval: 5 * time.Millisecond, Refresh: 100 * time.Millisecond,

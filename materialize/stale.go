@@ -12,7 +12,7 @@ import (
 )
 
 // ErrStaleCheckpoint is returned (as a *StaleCheckpointError) by Update,
-// Follow and a followed table's rebuild (its catch-up) when the table's
+// KeepCurrent and a followed table's rebuild (its catch-up) when the table's
 // checkpoint cannot be continued correctly: the topic was deleted and
 // created again (its topic ID changed), records it has not read were
 // deleted (a checkpoint below a partition's retained low), the partition

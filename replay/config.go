@@ -89,7 +89,7 @@ type Config struct {
 	// and values reach this many bytes, so that a batch of large records
 	// stays within a memory budget. Default 0: records only.
 	BatchBytes int
-	// Headers asks for record headers in fold.Record.Headers (off by
+	// Headers asks for record headers in record.Record.Headers (off by
 	// default: converting them costs an allocation per record).
 	Headers bool
 	// ProgressInterval is how often Progress is called. Default 1s.

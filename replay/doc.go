@@ -1,5 +1,5 @@
 // Package replay reads each partition of a topic over [start, end) with the
-// end captured once at the start; a follower (Follow, follow.go) is a
+// end captured once at the start; a follower (Tail, follow.go) is a
 // separate, unbounded reader that starts from a checkpoint's positions.
 //
 // # Basics

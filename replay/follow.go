@@ -12,7 +12,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/record"
 )
 
 // A follower is the unbounded counterpart of Run: it reads a topic with
@@ -137,7 +137,7 @@ const DefaultConfigRefresh = 5 * time.Minute
 // the partition's position in the batch before (see "Where a batch ends"),
 // unless Unstable.
 type FollowBatch struct {
-	Records   []fold.Record
+	Records   []record.Record
 	Positions map[int32]int64
 	// Lows holds the retained low of partitions first read in this batch
 	// (added to the topic after the follower started), which start there.
@@ -163,15 +163,15 @@ type FollowBatch struct {
 }
 
 // FollowSink receives a follower's batches. An error stops the follower and
-// is returned by Follow as is.
+// is returned by Tail as is.
 type FollowSink func(FollowBatch) error
 
-// Follow reads c.Topic from c.From until ctx ends (then it returns nil) or
+// Tail reads c.Topic from c.From until ctx ends (then it returns nil) or
 // an error: Check's refusal at the start, a sink error, records deleted
 // under a position (ErrRecordsRemoved), the topic deleted, a fatal client
 // error. Transient broker errors are retried by the client for as long as
 // they last; the live marks say how far behind the follower is meanwhile.
-func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
+func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	base := c.Config.withDefaults()
 	c.Config = base
 	if c.Interval <= 0 {
@@ -210,6 +210,7 @@ func Follow(ctx context.Context, c FollowConfig, sink FollowSink) error {
 		}
 	}
 	f := &follower{c: c, cl: cl, parts: map[int32]*followPart{}, added: make(chan []PartitionBounds, 1)}
+	f.pr = &partReader{c: c.Config, cl: cl, d: f, op: "follow", logPrefix: "follow: ", lowsTimeout: f.timeout()}
 	if err := f.assign(plan); err != nil {
 		return err
 	}
@@ -239,7 +240,7 @@ type followPart struct {
 	out int64
 	// held are the records read and not delivered, offsets in [out, pos),
 	// in offset order; heldBytes their keys' and values' lengths.
-	held      []fold.Record
+	held      []record.Record
 	heldBytes int64
 	// stable are the stable offsets seen above out, ascending.
 	stable []int64
@@ -261,7 +262,7 @@ func (st *followPart) noteStable(off int64) {
 }
 
 // read takes a record at the position.
-func (st *followPart) read(r fold.Record) {
+func (st *followPart) read(r record.Record) {
 	st.held = append(st.held, r)
 	st.heldBytes += int64(len(r.Key) + len(r.Value))
 	st.pos = r.Offset + 1
@@ -279,12 +280,12 @@ func (st *followPart) cut() (int64, bool) {
 
 // below is how many held records lie below offset at.
 func (st *followPart) below(at int64) int {
-	n, _ := slices.BinarySearchFunc(st.held, at, func(r fold.Record, off int64) int { return cmp.Compare(r.Offset, off) })
+	n, _ := slices.BinarySearchFunc(st.held, at, func(r record.Record, off int64) int { return cmp.Compare(r.Offset, off) })
 	return n
 }
 
 // take hands over the held records below at and moves out there.
-func (st *followPart) take(at int64) []fold.Record {
+func (st *followPart) take(at int64) []record.Record {
 	n := st.below(at)
 	out := st.held[:n:n]
 	for _, r := range out {
@@ -317,9 +318,9 @@ type follower struct {
 	// take (nil once taken).
 	lsoMu sync.Mutex
 	lsos  map[int32]int64
-	// groupRefused is set once the refusal of the follower's own group's
-	// coordinator lookup has been logged (groupRefusal); the loop's own.
-	groupRefused bool
+	// pr reads the partitions for the loop: their records, EOFs and
+	// client errors (partreader.go); the follower is its driver.
+	pr *partReader
 }
 
 // assign checks the start positions against the captured marks and assigns
@@ -537,7 +538,7 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 				drained = true
 				break
 			}
-			moved, rec, err := f.handle(ctx, ev)
+			moved, rec, err := f.pr.handle(ctx, ev)
 			if err != nil {
 				return err
 			}
@@ -661,7 +662,7 @@ func (f *follower) cut(over bool) (b FollowBatch, ok bool) {
 	if !ok {
 		return b, false
 	}
-	b.Records = make([]fold.Record, 0, n)
+	b.Records = make([]record.Record, 0, n)
 	b.Positions = make(map[int32]int64, len(f.parts))
 	for p, st := range f.parts {
 		if ends[p] > st.out {
@@ -701,97 +702,63 @@ func (f *follower) addPartitions(added []PartitionBounds, lows map[int32]int64) 
 	return nil
 }
 
-// handle applies one client event: a record (held by its partition), a
-// partition EOF (a stable offset, which may move the position past
-// markers), or an error.
-func (f *follower) handle(ctx context.Context, ev kafka.Event) (moved bool, rec *fold.Record, err error) {
-	switch e := ev.(type) {
-	case *kafka.Message:
-		if e.TopicPartition.Error != nil {
-			return false, nil, f.clientError(ctx, e.TopicPartition.Partition, e.TopicPartition.Error)
-		}
-		st := f.parts[e.TopicPartition.Partition]
-		off := int64(e.TopicPartition.Offset)
-		if st == nil || off < st.pos {
-			return false, nil, nil
-		}
-		r := fold.Record{Partition: st.partition, Offset: off, Timestamp: e.Timestamp, Key: e.Key, Value: e.Value}
-		if f.c.Headers && len(e.Headers) > 0 {
-			r.Headers = make([]fold.Header, len(e.Headers))
-			for i, h := range e.Headers {
-				r.Headers[i] = fold.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		st.read(r)
-		return true, &r, nil
-	case kafka.PartitionEOF:
-		st := f.parts[e.Partition]
-		if st == nil {
-			return false, nil, nil
-		}
-		// A read_committed fetch at this offset answered with it as the
-		// LSO (see "Where a batch ends").
-		off := int64(e.Offset)
-		if off > st.pos {
-			// Control records and aborted transactions advance the
-			// position without delivering a record.
-			st.pos = off
-			moved = true
-		}
-		st.noteStable(off)
-		return moved, nil, nil
-	case kafka.Error:
-		if e.Code() == kafka.ErrAutoOffsetReset || e.Code() == kafka.ErrOffsetOutOfRange {
-			return false, nil, f.clientError(ctx, -1, e)
-		}
-		if e.IsFatal() {
-			return false, nil, &Error{Op: "follow", Topic: f.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
-		}
-		if e.Code() == kafka.ErrGroupAuthorizationFailed {
-			// The follower's own group (groupRefusal): not its error.
-			groupRefusal(&f.groupRefused, f.c.Log, f.c.Topic, f.cl.group, e)
-			return false, nil, nil
-		}
-		if refusedFetch(e) {
-			// No Read on the topic any more, or failed authentication:
-			// waiting does not help.
-			return false, nil, f.clientError(ctx, -1, e)
-		}
-		if classify(e) == ErrTopicNotFound {
-			if _, derr := describe(ctx, f.cl.admin, f.c.Topic, min(f.c.StallTimeout, 5*time.Second)); derr != nil && errors.Is(derr, ErrTopicNotFound) {
-				return false, nil, &Error{Op: "follow", Topic: f.c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted, Err: e,
-					Detail: fmt.Sprintf("topic deleted: %q was deleted while the table followed it", f.c.Topic)}
-			}
-		}
-		// Transient: the client retries on its own.
-		f.c.Log.Debug().Err(e).Str("topic", f.c.Topic).Msg("follow: kafka client error (retrying)")
-		return false, nil, nil
+// position is the partReader's driver's: every partition assigned is
+// read.
+func (f *follower) position(p int32) (int64, bool) {
+	st := f.parts[p]
+	if st == nil {
+		return 0, false
 	}
-	return false, nil, nil
+	return st.pos, true
 }
 
-// clientError turns an offset out of range (auto.offset.reset=error) into
-// ErrRecordsRemoved naming the partition whose retained low passed its
-// position.
-func (f *follower) clientError(ctx context.Context, partition int32, err error) error {
-	var ke kafka.Error
-	if errors.As(err, &ke) && (ke.Code() == kafka.ErrAutoOffsetReset || ke.Code() == kafka.ErrOffsetOutOfRange) {
-		plan := Plan{Topic: f.c.Topic}
-		for p := range f.parts {
-			plan.Partitions = append(plan.Partitions, PartitionBounds{Partition: p})
-		}
-		lows, lerr := listOffsets(ctx, f.cl.admin, f.c.Topic, min(f.c.StallTimeout, 5*time.Second), plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
-		for _, st := range f.parts {
-			if partition >= 0 && st.partition != partition {
-				continue
-			}
-			if lerr == nil && lows[st.partition] > st.pos {
-				return &Error{Op: "follow", Topic: f.c.Topic, Partition: st.partition, Offset: st.pos, Kind: ErrRecordsRemoved, Reason: ErrCheckpointBelowLow, Err: err,
-					Detail: fmt.Sprintf("records removed under the follower: position %d but the retained low is now %d; rebuild the table", st.pos, lows[st.partition])}
-			}
-		}
-		return &Error{Op: "follow", Topic: f.c.Topic, Partition: partition, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
-			Detail: "fetch offset out of range (records removed under the follower); rebuild the table"}
+// record holds a record read by its partition.
+func (f *follower) record(r record.Record) (bool, error) {
+	f.parts[r.Partition].read(r)
+	return true, nil
+}
+
+// eof notes off as a stable offset: a read_committed fetch at off answered
+// with it as the LSO (see "Where a batch ends").
+func (f *follower) eof(p int32, off int64) (moved bool, err error) {
+	st := f.parts[p]
+	if off > st.pos {
+		// Control records and aborted transactions advance the
+		// position without delivering a record.
+		st.pos = off
+		moved = true
 	}
-	return wrapErr("follow", f.c.Topic, partition, -1, err)
+	st.noteStable(off)
+	return moved, nil
+}
+
+func (f *follower) lowsPlan() Plan {
+	plan := Plan{Topic: f.c.Topic}
+	for p := range f.parts {
+		plan.Partitions = append(plan.Partitions, PartitionBounds{Partition: p})
+	}
+	return plan
+}
+
+func (f *follower) reading() []int32 {
+	ps := make([]int32, 0, len(f.parts))
+	for p := range f.parts {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func (f *follower) removed(p int32, pos, low int64, err error) *Error {
+	return &Error{Op: "follow", Topic: f.c.Topic, Partition: p, Offset: pos, Kind: ErrRecordsRemoved, Reason: ErrCheckpointBelowLow, Err: err,
+		Detail: fmt.Sprintf("records removed under the follower: position %d but the retained low is now %d; rebuild the table", pos, low)}
+}
+
+func (f *follower) outOfRange(p int32, err error) *Error {
+	return &Error{Op: "follow", Topic: f.c.Topic, Partition: p, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
+		Detail: "fetch offset out of range (records removed under the follower); rebuild the table"}
+}
+
+func (f *follower) deleted(cause error) *Error {
+	return &Error{Op: "follow", Topic: f.c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted, Err: cause,
+		Detail: fmt.Sprintf("topic deleted: %q was deleted while the table followed it", f.c.Topic)}
 }

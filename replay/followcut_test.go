@@ -98,7 +98,7 @@ func followCutScenario(t *testing.T, ctx context.Context) error {
 	var log followLog
 	fctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- Follow(fctx, c, log.sink) }()
+	go func() { done <- Tail(fctx, c, log.sink) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -10,14 +10,14 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/record"
 )
 
 // Sink receives batches of records, in offset order within each partition.
 // A batch is not reused by the replay after the call; the sink may keep it
 // (who owns record bytes when: the "Record bytes" section of package fold).
 // An error from the sink stops the replay and is returned as is.
-type Sink func(batch []fold.Record) error
+type Sink func(batch []record.Record) error
 
 // Result is what a completed replay read.
 type Result struct {
@@ -65,6 +65,7 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 		c.Log.Warn().Str("topic", c.Topic).Msg(w)
 	}
 	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
+	r.pr = &partReader{c: c, cl: cl, d: r, op: "read", lowsTimeout: c.StallTimeout, checkEvery: time.Second, messageDeleted: true}
 	res, err := r.run(ctx)
 	if err == nil {
 		if w := r.addedPartitions(ctx); w != "" {
@@ -88,18 +89,14 @@ type reader struct {
 	order   []*partState
 	pending int
 	records int64
-	batch   []fold.Record
+	batch   []record.Record
 	bytes   int // keys and values in batch (Config.BatchBytes)
-	lastErr error
-	// groupRefused is set once the refusal of the replay's own group's
-	// coordinator lookup has been logged (groupRefusal).
-	groupRefused bool
+	// pr reads the partitions for the replay: their records, EOFs and
+	// client errors (partreader.go); the replay is its driver.
+	pr *partReader
 	// lastAnswer is when the brokers last delivered anything (a record or
 	// a partition EOF); zero until the first.
 	lastAnswer time.Time
-	// topicChecked is when metadata was last asked whether the topic
-	// still exists, after the client reported it unknown.
-	topicChecked time.Time
 }
 
 func (r *reader) run(ctx context.Context) (Result, error) {
@@ -123,7 +120,7 @@ func (r *reader) run(ctx context.Context) (Result, error) {
 			return r.result(), wrapErr("assign", topic, -1, -1, err)
 		}
 	}
-	r.batch = make([]fold.Record, 0, r.c.BatchRecords)
+	r.batch = make([]record.Record, 0, r.c.BatchRecords)
 	lastProgress := time.Now()
 	lastReport := time.Now()
 	for r.pending > 0 {
@@ -172,7 +169,7 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 		case *kafka.Message, kafka.PartitionEOF:
 			answered = true
 		}
-		moved, err := r.handle(ctx, ev)
+		moved, _, err := r.pr.handle(ctx, ev)
 		if err != nil {
 			return progressed, err
 		}
@@ -184,114 +181,90 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 	return progressed, nil
 }
 
-func (r *reader) handle(ctx context.Context, ev kafka.Event) (bool, error) {
-	switch e := ev.(type) {
-	case *kafka.Message:
-		if e.TopicPartition.Error != nil {
-			return false, r.clientError(ctx, e.TopicPartition.Partition, e.TopicPartition.Error)
-		}
-		st := r.parts[e.TopicPartition.Partition]
-		if st == nil || st.done {
-			// Prefetched past the end of a finished partition.
-			return false, nil
-		}
-		off := int64(e.TopicPartition.Offset)
-		if off < st.pos {
-			return false, nil // already seen; never expected with assign
-		}
-		if off >= st.bounds.End {
-			// The first record past the end mark: the position has
-			// crossed it, whatever markers or gaps lay between.
-			st.pos = st.bounds.End
-			return true, r.finish(st)
-		}
-		rec := fold.Record{
-			Partition: e.TopicPartition.Partition,
-			Offset:    off,
-			Timestamp: e.Timestamp,
-			Key:       e.Key,
-			Value:     e.Value,
-		}
-		if r.c.Headers && len(e.Headers) > 0 {
-			rec.Headers = make([]fold.Header, len(e.Headers))
-			for i, h := range e.Headers {
-				rec.Headers[i] = fold.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		r.batch = append(r.batch, rec)
-		r.bytes += len(rec.Key) + len(rec.Value)
-		r.records++
-		st.pos = off + 1
-		st.waiting = false
-		if st.pos >= st.bounds.End {
-			if err := r.finish(st); err != nil {
-				return true, err
-			}
-		}
-		if len(r.batch) >= r.c.BatchRecords || (r.c.BatchBytes > 0 && r.bytes >= r.c.BatchBytes) {
-			return true, r.flush()
-		}
-		return true, nil
-	case kafka.PartitionEOF:
-		st := r.parts[e.Partition]
-		if st == nil || st.done {
-			return false, nil
-		}
-		off := int64(e.Offset)
-		moved := off > st.pos
-		if moved {
-			// Control records and aborted transactions advance the
-			// position without delivering a record.
-			st.pos = off
-		}
-		if st.pos >= st.bounds.End {
-			st.pos = st.bounds.End
-			return true, r.finish(st)
-		}
-		// At the live end below the end mark: an open transaction holds
-		// the last stable offset (read_committed cannot pass it).
-		if !st.waiting {
-			r.c.Log.Info().Str("topic", r.c.Topic).Int32("partition", st.bounds.Partition).
-				Int64("lso", st.pos).Int64("high", st.bounds.End).
-				Msg("waiting for an open transaction to commit or abort")
-		}
-		st.waiting = true
-		return moved, nil
-	case kafka.Error:
-		if e.Code() == kafka.ErrAutoOffsetReset || e.Code() == kafka.ErrOffsetOutOfRange {
-			return false, r.clientError(ctx, -1, e)
-		}
-		if e.IsFatal() {
-			return false, &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: e}
-		}
-		if e.Code() == kafka.ErrGroupAuthorizationFailed {
-			// The replay's own group (groupRefusal): not the read's error.
-			groupRefusal(&r.groupRefused, r.c.Log, r.c.Topic, r.cl.group, e)
-			return false, nil
-		}
-		if refusedFetch(e) {
-			// A refused Fetch (no Read on the topic) or failed
-			// authentication does not pass by waiting for the stall
-			// timeout.
-			return false, r.clientError(ctx, -1, e)
-		}
-		if classify(e) == ErrTopicNotFound && time.Since(r.topicChecked) >= time.Second {
-			// The client no longer finds the topic: deleted, or a
-			// broker whose metadata lags. Ask metadata, at most once a
-			// second, rather than wait for the stall timeout.
-			r.topicChecked = time.Now()
-			if r.topicGone(ctx) {
-				return false, r.topicDeletedError(e)
-			}
-		}
-		// Transient (broker down, transport): librdkafka retries; the
-		// stall timeout bounds how long we let it.
-		r.lastErr = e
-		r.c.Log.Debug().Err(e).Str("topic", r.c.Topic).Msg("kafka client error (retrying)")
-		return false, nil
-	default:
-		return false, nil
+// position is the partReader's driver's: a finished partition is no
+// longer read.
+func (r *reader) position(p int32) (int64, bool) {
+	st := r.parts[p]
+	if st == nil || st.done {
+		return 0, false
 	}
+	return st.pos, true
+}
+
+// record takes a record below the end mark into the batch; the first at
+// or past the end mark finishes its partition instead.
+func (r *reader) record(rec record.Record) (bool, error) {
+	st := r.parts[rec.Partition]
+	if rec.Offset >= st.bounds.End {
+		// The first record past the end mark: the position has
+		// crossed it, whatever markers or gaps lay between.
+		st.pos = st.bounds.End
+		return true, r.finish(st)
+	}
+	r.batch = append(r.batch, rec)
+	r.bytes += len(rec.Key) + len(rec.Value)
+	r.records++
+	st.pos = rec.Offset + 1
+	st.waiting = false
+	if st.pos >= st.bounds.End {
+		if err := r.finish(st); err != nil {
+			return true, err
+		}
+	}
+	if len(r.batch) >= r.c.BatchRecords || (r.c.BatchBytes > 0 && r.bytes >= r.c.BatchBytes) {
+		return true, r.flush()
+	}
+	return true, nil
+}
+
+// eof moves the position past markers to off; a partition at its end mark
+// is finished, one below it waits for an open transaction.
+func (r *reader) eof(p int32, off int64) (bool, error) {
+	st := r.parts[p]
+	moved := off > st.pos
+	if moved {
+		// Control records and aborted transactions advance the
+		// position without delivering a record.
+		st.pos = off
+	}
+	if st.pos >= st.bounds.End {
+		st.pos = st.bounds.End
+		return true, r.finish(st)
+	}
+	// At the live end below the end mark: an open transaction holds
+	// the last stable offset (read_committed cannot pass it).
+	if !st.waiting {
+		r.c.Log.Info().Str("topic", r.c.Topic).Int32("partition", st.bounds.Partition).
+			Int64("lso", st.pos).Int64("high", st.bounds.End).
+			Msg("waiting for an open transaction to commit or abort")
+	}
+	st.waiting = true
+	return moved, nil
+}
+
+func (r *reader) lowsPlan() Plan { return r.plan }
+
+func (r *reader) reading() []int32 {
+	var ps []int32
+	for _, st := range r.order {
+		if !st.done {
+			ps = append(ps, st.bounds.Partition)
+		}
+	}
+	return ps
+}
+
+func (r *reader) removed(p int32, pos, low int64, err error) *Error {
+	st := r.parts[p]
+	return &Error{Op: "read", Topic: r.c.Topic, Partition: p, Offset: pos,
+		Kind: ErrRecordsRemoved, Err: err,
+		Detail: fmt.Sprintf("records removed under the replay: position %d but the retained low is now %d (start %d, high mark %d); nothing was published, rerun the rebuild",
+			pos, low, st.bounds.Start, st.bounds.End)}
+}
+
+func (r *reader) outOfRange(p int32, err error) *Error {
+	return &Error{Op: "read", Topic: r.c.Topic, Partition: p, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
+		Detail: "fetch offset out of range (records removed under the replay); nothing was published"}
 }
 
 // finish marks a partition complete and stops fetching it.
@@ -312,37 +285,9 @@ func (r *reader) flush() error {
 		return nil
 	}
 	b := r.batch
-	r.batch = make([]fold.Record, 0, r.c.BatchRecords)
+	r.batch = make([]record.Record, 0, r.c.BatchRecords)
 	r.bytes = 0
 	return r.sink(b)
-}
-
-// clientError turns a per-partition client error into an *Error. An offset
-// out of range (auto.offset.reset=error) means records the replay still had
-// to read were removed: find the partition whose retained low passed its
-// position, so the message names it.
-func (r *reader) clientError(ctx context.Context, partition int32, err error) error {
-	var ke kafka.Error
-	if errors.As(err, &ke) && (ke.Code() == kafka.ErrAutoOffsetReset || ke.Code() == kafka.ErrOffsetOutOfRange) {
-		lows, lerr := listOffsets(ctx, r.cl.admin, r.c.Topic, r.c.StallTimeout, r.plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
-		for _, st := range r.order {
-			if st.done || (partition >= 0 && st.bounds.Partition != partition) {
-				continue
-			}
-			if lerr == nil && lows[st.bounds.Partition] > st.pos {
-				return &Error{Op: "read", Topic: r.c.Topic, Partition: st.bounds.Partition, Offset: st.pos,
-					Kind: ErrRecordsRemoved, Err: err,
-					Detail: fmt.Sprintf("records removed under the replay: position %d but the retained low is now %d (start %d, high mark %d); nothing was published, rerun the rebuild",
-						st.pos, lows[st.bounds.Partition], st.bounds.Start, st.bounds.End)}
-			}
-		}
-		return &Error{Op: "read", Topic: r.c.Topic, Partition: partition, Offset: -1, Kind: ErrRecordsRemoved, Err: err,
-			Detail: "fetch offset out of range (records removed under the replay); nothing was published"}
-	}
-	if classify(err) == ErrTopicNotFound && r.topicGone(ctx) {
-		return r.topicDeletedError(err)
-	}
-	return wrapErr("read", r.c.Topic, partition, -1, err)
 }
 
 // stallError names each unfinished partition's position and end mark, and
@@ -354,8 +299,8 @@ func (r *reader) stallError(ctx context.Context) error {
 	// A deleted topic fails ListOffsets as unknown, or with no leader to
 	// ask; metadata says which. Not asked when ListOffsets found no broker
 	// at all: metadata would wait for the same dead brokers.
-	if lerr != nil && !errors.Is(lerr, ErrUnavailable) && r.topicGone(ctx) {
-		return r.topicDeletedError(lerr)
+	if lerr != nil && !errors.Is(lerr, ErrUnavailable) && r.pr.topicGone(ctx) {
+		return r.deleted(lerr)
 	}
 	if lerr != nil {
 		// Without LSOs nothing can be said about transactions; a
@@ -381,7 +326,7 @@ func (r *reader) stallError(ctx context.Context) error {
 			lso, lso, st.bounds.End-1)
 	})
 	detail := fmt.Sprintf("no progress for %s: %s", r.c.StallTimeout, strings.Join(parts, "; "))
-	e := &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrStalled, Detail: detail, Err: r.lastErr}
+	e := &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrStalled, Detail: detail, Err: r.pr.lastErr}
 	if txnPart != nil {
 		e.Partition = txnPart.bounds.Partition
 		e.Offset = txnPart.pos
@@ -389,7 +334,7 @@ func (r *reader) stallError(ctx context.Context) error {
 		e.Reason = ErrOpenTransaction
 		return e
 	}
-	if r.lastErr != nil && classify(r.lastErr) == ErrUnavailable {
+	if r.pr.lastErr != nil && classify(r.pr.lastErr) == ErrUnavailable {
 		e.Kind = ErrUnavailable
 		e.Detail = fmt.Sprintf("Kafka unavailable during the read (brokers %s), %s", brokersOf(r.c), detail)
 	}
@@ -414,14 +359,8 @@ func (r *reader) positions(note func(*partState) string) []string {
 	return parts
 }
 
-// topicGone asks metadata, once, whether the topic still exists; false when
-// metadata cannot answer (that is the stall's or the caller's to report).
-func (r *reader) topicGone(ctx context.Context) bool {
-	_, err := describe(ctx, r.cl.admin, r.c.Topic, min(r.c.StallTimeout, 5*time.Second))
-	return err != nil && errors.Is(err, ErrTopicNotFound)
-}
-
-func (r *reader) topicDeletedError(cause error) *Error {
+// deleted is the error of the topic deleted during the replay.
+func (r *reader) deleted(cause error) *Error {
 	return &Error{Op: "read", Topic: r.c.Topic, Partition: -1, Offset: -1, Kind: ErrTopicNotFound, Reason: ErrTopicDeleted, Err: cause,
 		Detail: fmt.Sprintf("topic deleted: %q was deleted while the replay read it (%s)",
 			r.c.Topic, strings.Join(r.positions(nil), "; "))}

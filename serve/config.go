@@ -32,7 +32,7 @@ type Table struct {
 	Build func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error)
 	// Follow, if set, keeps the published table current between rebuilds
 	// (follow.go); its Rebuild then replaces Build.
-	Follow *Follow
+	Follow *FollowSettings
 	// Spec, if set, is the definition Build builds by. A published table
 	// whose stored definition differs from it is rebuilt by it, at start
 	// and on SetTables, and refuses updates until then (definition.go).

@@ -104,7 +104,7 @@ func TestFollowCompactedAfterDowntime(t *testing.T) {
 			broker.TestTopic(t, topic, 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "5000"})
 			first := []localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}}
 			produce(t, topic, first)
-			cfg := baseConfig(t, followedTable("cfg", topic, Follow{}))
+			cfg := baseConfig(t, followedTable("cfg", topic, FollowSettings{}))
 			cfg.ExitCode = staleExitCode
 			d := start(t, cfg)
 			waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "cfg").State == StateFollowing })
@@ -122,7 +122,7 @@ func TestFollowCompactedAfterDowntime(t *testing.T) {
 
 			cfg2 := cfg
 			cfg2.Socket = cfg.Socket + "2"
-			cfg2.Tables = []Table{followedTable("cfg", topic, Follow{RebuildIfNeeded: rebuildIfNeeded})}
+			cfg2.Tables = []Table{followedTable("cfg", topic, FollowSettings{RebuildIfNeeded: rebuildIfNeeded})}
 			d2 := start(t, cfg2)
 			old := latestOracle(oracle{}, first)
 			if !rebuildIfNeeded {
@@ -154,7 +154,7 @@ func TestFollowRecreatedTopicDaemon(t *testing.T) {
 				topic := newTopic(t)
 				first := records(1, 30, 10)
 				produce(t, topic, first)
-				cfg := baseConfig(t, followedTable("re", topic, Follow{RebuildIfNeeded: rebuildIfNeeded}))
+				cfg := baseConfig(t, followedTable("re", topic, FollowSettings{RebuildIfNeeded: rebuildIfNeeded}))
 				cfg.ExitCode = staleExitCode
 				d := start(t, cfg)
 				waitFor(t, "following to the end", 60*time.Second, func() bool {
@@ -233,7 +233,7 @@ func TestFollowRebuildIfNeededNoLoop(t *testing.T) {
 	h := broker.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	defer h.Remove()
 	var logs lockedBuffer
-	cfg := baseConfig(t, followedTable("den", topic, Follow{RebuildIfNeeded: true}))
+	cfg := baseConfig(t, followedTable("den", topic, FollowSettings{RebuildIfNeeded: true}))
 	cfg.ExitCode = staleExitCode
 	cfg.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), &logs)).Level(zerolog.WarnLevel)
 	d := start(t, cfg)

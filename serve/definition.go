@@ -21,7 +21,7 @@ const triggerDefinition = "definition"
 // rebuilds the table by the configured one, whatever the table's
 // rebuild_if_needed says: editing the config and reloading it is the
 // request. Until that rebuild publishes, the table is served as it is, its
-// follower goes on by the stored definition (materialize.Follow reads it
+// follower goes on by the stored definition (materialize.KeepCurrent reads it
 // from the table), GET shows definition.changed with the fields, and POST
 // update is refused (409 definition_changed): an update would read on by
 // the old definition a table the config says is defined otherwise.

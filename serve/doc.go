@@ -67,17 +67,17 @@
 // # Follow mode
 //
 // A table with Table.Follow is followed once published: a goroutine owned
-// by Run applies what its topic gains (materialize.Follow), each
+// by Run applies what its topic gains (materialize.KeepCurrent), each
 // transaction holding rows and checkpoint, so its state is following and
 // each partition shows live_high and lag; /readyz also needs its lag
-// within Follow.MaxLag. A rebuild of a followed table catches up with the
+// within FollowSettings.MaxLag. A rebuild of a followed table catches up with the
 // follower before it publishes (follow.go); from its catch-up to its end
 // the follower stays paused, across a reload too. An update of a followed
 // table is 409 table_followed: the follower keeps it current, and an
 // update would race it. When following cannot go on (a
 // conflict, records deleted below the checkpoint) the table stays served as
 // last applied, in state failed with the reason, and is rebuilt in the
-// background with Follow.RebuildIfNeeded.
+// background with FollowSettings.RebuildIfNeeded.
 //
 // # Definitions
 //

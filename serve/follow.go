@@ -16,7 +16,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// DefaultMaxLag is Follow.MaxLag's default: the most records a followed
+// DefaultMaxLag is FollowSettings.MaxLag's default: the most records a followed
 // table may be behind its topic's high watermarks, on any partition, for
 // /readyz to count it ready.
 const DefaultMaxLag = 10000
@@ -25,9 +25,9 @@ const DefaultMaxLag = 10000
 // configured to rebuild when needed.
 const triggerFollow = "follow"
 
-// Follow is how the daemon keeps a table current between rebuilds
+// FollowSettings are how the daemon keeps a table current between rebuilds
 // (follow: true in the config). serve never talks to Kafka: Run and
-// Rebuild are the caller's (materialize.Follow, materialize.Rebuild).
+// Rebuild are the caller's (materialize.KeepCurrent, materialize.Rebuild).
 //
 // Following starts once the table is published (at start, or after its
 // first build) and runs until the daemon stops. A rebuild of a followed
@@ -37,7 +37,7 @@ const triggerFollow = "follow"
 // the rebuild reads on to them, publishes, and following resumes from the
 // new generation's checkpoint. So readers never see the table go back in
 // time.
-type Follow struct {
+type FollowSettings struct {
 	// Run follows the published table from its checkpoint until ctx ends
 	// (returning nil) or following fails, keeping status current.
 	Run func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error
@@ -81,7 +81,7 @@ type followState struct {
 	paused bool
 	err    error // why following stopped or is being retried; nil while it works
 	errAt  time.Time
-	// watchCancel and watchDone are the live marks' watcher (Follow.Live)
+	// watchCancel and watchDone are the live marks' watcher (FollowSettings.Live)
 	// that runs while the follower is paused; nil otherwise. It is
 	// started by the catch-up (startWatch) and ended by the next
 	// startFollow that finds the follower no longer paused (the run's
@@ -170,7 +170,7 @@ func (fs *followState) takeWatch() func() {
 }
 
 // startWatch starts the live marks' watcher of table's paused follower
-// (Follow.Live), unless it has none or one runs. It refreshes the paused
+// (FollowSettings.Live), unless it has none or one runs. It refreshes the paused
 // follower's status, retrying with a backoff when its client cannot be
 // created. The goroutine is owned by Run (runWG); see takeWatch for its
 // end.

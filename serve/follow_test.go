@@ -29,7 +29,7 @@ import (
 
 // followedTable is table name (latest fold) of topic, followed, as
 // cmd/kmaterialize wires it.
-func followedTable(name, topic string, f Follow) Table {
+func followedTable(name, topic string, f FollowSettings) Table {
 	return followedTableHook(name, topic, f, nil)
 }
 
@@ -38,12 +38,12 @@ type catchUpFn = func(context.Context) (map[int32]int64, error)
 
 // followedTableHook is followedTable whose rebuild's catch-up is wrapped
 // by hook (when not nil).
-func followedTableHook(name, topic string, f Follow, hook func(catchUpFn) catchUpFn) Table {
+func followedTableHook(name, topic string, f FollowSettings, hook func(catchUpFn) catchUpFn) Table {
 	return followedSpec(materialize.Spec{Name: name, Topic: topic, StallTimeout: 20 * time.Second}, f, hook)
 }
 
 // followedSpec is the followed table spec defines.
-func followedSpec(spec materialize.Spec, f Follow, hook func(catchUpFn) catchUpFn) Table {
+func followedSpec(spec materialize.Spec, f FollowSettings, hook func(catchUpFn) catchUpFn) Table {
 	name := spec.TableName()
 	rebuild := func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error) {
 		opts, err := spec.Options(db, broker.Addr, nil, log)
@@ -57,7 +57,7 @@ func followedSpec(spec materialize.Spec, f Follow, hook func(catchUpFn) catchUpF
 		return materialize.Rebuild(ctx, opts)
 	}
 	f.Run = func(ctx context.Context, db *store.DB, log zerolog.Logger, st *materialize.FollowStatus) error {
-		return materialize.Follow(ctx, materialize.FollowOptions{DB: db, Spec: spec, Status: st, Log: log,
+		return materialize.KeepCurrent(ctx, materialize.FollowOptions{DB: db, Spec: spec, Status: st, Log: log,
 			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond,
 			Replay: replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second}})
 	}
@@ -109,7 +109,7 @@ func TestFollowAPI(t *testing.T) {
 	topic := newTopic(t)
 	first := records(1, 50, 20)
 	produce(t, topic, first)
-	d := start(t, baseConfig(t, followedTable("live", topic, Follow{MaxLag: 5})))
+	d := start(t, baseConfig(t, followedTable("live", topic, FollowSettings{MaxLag: 5})))
 	waitFor(t, "state following", 60*time.Second, func() bool {
 		tj := d.c.table(t, "live")
 		return tj.State == StateFollowing && tj.Follow != nil && tj.Follow.Lag != nil
@@ -245,7 +245,7 @@ func TestFollowRebuildCatchesUpNeverBack(t *testing.T) {
 			return pos, err
 		}
 	}
-	d = start(t, baseConfig(t, followedTableHook("seq", topic, Follow{}, hook)))
+	d = start(t, baseConfig(t, followedTableHook("seq", topic, FollowSettings{}, hook)))
 	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "seq").State == StateFollowing })
 	gen0 := *d.c.table(t, "seq").Generation
 	armed.Store(true)
@@ -343,7 +343,7 @@ func TestFollowTruncatedCheckpoint(t *testing.T) {
 			}
 			cfg2 := cfg
 			cfg2.Socket = cfg.Socket + "2"
-			cfg2.Tables = []Table{followedTable("tr", topic, Follow{RebuildIfNeeded: rebuildIfNeeded})}
+			cfg2.Tables = []Table{followedTable("tr", topic, FollowSettings{RebuildIfNeeded: rebuildIfNeeded})}
 			d2 := start(t, cfg2)
 			old := latestOracle(oracle{}, first)
 			if !rebuildIfNeeded {
@@ -392,7 +392,7 @@ func TestFollowConflictFails(t *testing.T) {
 	}
 	produce(t, topic, []localkafka.Record{vote("e1", "a"), vote("e2", "a"), vote("e3", "b")})
 	cfg := baseConfig(t, followedSpec(materialize.Spec{Name: "votes", Topic: topic, Fold: materialize.FoldCount,
-		IdentityField: "event_id", GroupField: "booth", StallTimeout: 20 * time.Second}, Follow{}, nil))
+		IdentityField: "event_id", GroupField: "booth", StallTimeout: 20 * time.Second}, FollowSettings{}, nil))
 	cfg.ExitCode = func(err error) int {
 		if errors.Is(err, fold.ErrInvalidData) {
 			return 3

@@ -185,7 +185,7 @@ func remapScenario(t *testing.T, slow bool) remapFigures {
 	bigRecs := bigRecords("b", 1, 4000, 1024)
 	produce(t, liveTopic, liveRecs)
 	produce(t, bigTopic, bigRecs)
-	cfg := baseConfig(t, followedTable("live", liveTopic, Follow{}), kafkaTable("big", bigTopic, nil))
+	cfg := baseConfig(t, followedTable("live", liveTopic, FollowSettings{}), kafkaTable("big", bigTopic, nil))
 	cfg.InitialMmapSize = 1 << 20
 	d := start(t, cfg)
 	hw := highs(t, liveTopic, 1)

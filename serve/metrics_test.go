@@ -98,7 +98,7 @@ func TestMetricsFollowApply(t *testing.T) {
 	topic := newTopic(t)
 	first := records(1, 30, 10)
 	produce(t, topic, first)
-	d := start(t, baseConfig(t, followedTable("live", topic, Follow{})))
+	d := start(t, baseConfig(t, followedTable("live", topic, FollowSettings{})))
 	waitFor(t, "state following", 60*time.Second, func() bool {
 		return d.c.table(t, "live").State == StateFollowing
 	})

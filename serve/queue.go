@@ -50,7 +50,7 @@ func (p runPhase) String() string {
 type runKind int
 
 const (
-	kindRebuild runKind = iota // Table.Build, or Follow.Rebuild
+	kindRebuild runKind = iota // Table.Build, or FollowSettings.Rebuild
 	kindUpdate                 // Config.Update
 )
 

@@ -67,7 +67,7 @@ func TestReadyThroughFollowedRebuild(t *testing.T) {
 			return real(ctx)
 		}
 	}
-	tab := followedTableHook("big", topic, Follow{MaxLag: 10000}, hook)
+	tab := followedTableHook("big", topic, FollowSettings{MaxLag: 10000}, hook)
 	started = time.Now()
 	d := start(t, baseConfig(t, tab))
 	waitFor(t, "the first build and following", 10*time.Minute, func() bool {

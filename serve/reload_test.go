@@ -73,7 +73,7 @@ func TestReloadKeepsCatchUpPaused(t *testing.T) {
 			return pos, nil
 		}
 	}
-	tables := []Table{followedTableHook("seq", topic, Follow{}, hook)}
+	tables := []Table{followedTableHook("seq", topic, FollowSettings{}, hook)}
 	d := start(t, baseConfig(t, tables...))
 	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "seq").State == StateFollowing })
 	gen0 := *d.c.table(t, "seq").Generation

@@ -446,13 +446,13 @@ func serveUpdate(cfg *config.Config) serve.UpdateFunc {
 }
 
 // followTable is the daemon's follow mode for table t (follow: true):
-// materialize.Follow with the config's connection, and the table's
+// materialize.KeepCurrent with the config's connection, and the table's
 // rebuild with its catch-up.
 func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string, registry decode.Registry, red *config.Redactor,
-	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.Follow {
-	return &serve.Follow{
+	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.FollowSettings {
+	return &serve.FollowSettings{
 		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
-			err := materialize.Follow(ctx, materialize.FollowOptions{
+			err := materialize.KeepCurrent(ctx, materialize.FollowOptions{
 				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Registry: registry, Log: log,
 				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
 			})

@@ -1,0 +1,363 @@
+package materialize
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// applier applies a follower's batches to the published generation. It
+// owns the checkpoint as last committed.
+type applier struct {
+	opts  FollowOptions
+	spec  Spec // the definition the records are folded by (followSpec)
+	table string
+	gen   uint64
+	cp    checkpoint.Checkpoint
+	dec   *decode.Decoder // nil for raw keys and values
+	log   zerolog.Logger
+
+	// Written by the reader's goroutines (Check at the start, the refresh
+	// goroutine's Live), read by the apply loop; guarded by liveMu.
+	liveMu sync.Mutex
+	// live holds the recent successful refreshes of the live marks,
+	// oldest first (at most liveKept), for the checkpoint's capture time.
+	live []replay.LiveMarks
+	// topicID is the topic's ID at the follower's start (zero: unknown),
+	// recorded in the checkpoint at the next apply; liveID is the last
+	// refresh's (zero: unknown).
+	topicID, liveID replay.TopicID
+	// config is the topic's configuration as last read (at the start, then
+	// every CheckInterval).
+	config *replay.TopicConfig
+}
+
+// liveKept bounds the live marks the applier keeps: at one refresh a
+// second, a follower more than a minute behind claims an older capture
+// time than it could, never a newer one.
+const liveKept = 64
+
+// endsOf is cp's position per partition.
+func endsOf(cp checkpoint.Checkpoint) map[int32]int64 {
+	out := make(map[int32]int64, len(cp.Partitions))
+	for _, p := range cp.Partitions {
+		out[p.Partition] = p.End
+	}
+	return out
+}
+
+// checkStart is the follower's replay.Config.Check: the continuation
+// check of the checkpoint the follower starts from, against the marks,
+// topic ID and configuration captured at its start. A configuration that
+// could not be read for an outage is returned as that (retriable: the
+// follower starts again); one denied is a stale checkpoint, as for an
+// update.
+func (a *applier) checkStart(plan replay.Plan) error {
+	// A topic missing when its configuration is read was deleted after
+	// its marks were: that (the deleted topic), not a configuration that
+	// cannot be read.
+	if tc := plan.TopicConfig; configOutage(tc) || (tc != nil && errors.Is(tc.Err, replay.ErrTopicNotFound)) {
+		return fmt.Errorf("read the topic's configuration: %w", tc.Err)
+	}
+	if err := checkContinues(OpFollow, a.table, a.cp, plan, time.Now()); err != nil {
+		return err
+	}
+	a.liveMu.Lock()
+	a.topicID, a.config = plan.TopicID, plan.TopicConfig
+	a.liveMu.Unlock()
+	return nil
+}
+
+// configOutage reports whether tc could not be read for an outage (the
+// brokers unavailable, a timeout), which may pass, as opposed to a denial
+// (no DescribeConfigs ACL), which checkRetention refuses as a stale
+// checkpoint. nil (not asked) is no outage.
+func configOutage(tc *replay.TopicConfig) bool {
+	return tc != nil && errors.Is(tc.Err, replay.ErrUnavailable) && !replay.NotAuthorized(tc.Err)
+}
+
+// noteLive keeps what refresh m learnt: its marks if they were read, the
+// topic ID, the configuration if it was read again. It reports whether the
+// running check should run: the configuration was read, or the topic ID is
+// not the one at the start.
+func (a *applier) noteLive(m replay.LiveMarks) bool {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	if m.Error == nil {
+		a.live = append(a.live, m)
+		if len(a.live) > liveKept {
+			a.live = slices.Delete(a.live, 0, len(a.live)-liveKept)
+		}
+	}
+	if !m.TopicID.IsZero() {
+		a.liveID = m.TopicID
+	}
+	if m.TopicConfig != nil {
+		a.config = m.TopicConfig
+	}
+	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID)
+}
+
+// checkRunning is the continuation check while following: the topic ID
+// the last refresh saw against the checkpoint's (or the start's), and the
+// retention rule against the capture time the positions applied can
+// claim, with the configuration as last read. A configuration that could
+// not be read this time for an outage keeps following (the next read
+// decides). A capture time that moved on is saved, so that a quiet,
+// caught-up table's checkpoint does not age.
+func (a *applier) checkRunning() error {
+	a.liveMu.Lock()
+	known := recordedID(a.cp.TopicID, a.topicID)
+	liveID, tc := a.liveID, a.config
+	a.liveMu.Unlock()
+	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, liveID); err != nil {
+		return err
+	}
+	if tc == nil {
+		return nil
+	}
+	if configOutage(tc) {
+		a.log.Warn().Err(tc.Err).Msg("follow: the topic's configuration could not be read again; checking at the next read")
+		return nil
+	}
+	captured := a.capturedAt(a.cp.CapturedAt, endsOf(a.cp))
+	if err := checkRetention(OpFollow, a.table, a.spec.Topic, captured, tc, time.Now()); err != nil {
+		return err
+	}
+	if captured.After(a.cp.CapturedAt) {
+		return a.apply([]replay.FollowBatch{{Positions: endsOf(a.cp)}})
+	}
+	return nil
+}
+
+// capturedAt is the capture time a checkpoint at positions can claim: the
+// time the newest live marks were asked for whose high watermarks every
+// followed partition's position has reached (every record at or after a
+// position was then written after that time, as for a rebuild's end
+// marks); prev when there are none newer. The time of the apply would
+// claim too much for a follower behind: a record it has not read may be
+// older than the apply, and the tombstone-retention rule
+// (delete.retention.ms) counts from the capture time. Marks older than the
+// ones chosen are dropped.
+func (a *applier) capturedAt(prev time.Time, positions map[int32]int64) time.Time {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	if len(positions) == 0 {
+		return prev
+	}
+	for i := len(a.live) - 1; i >= 0; i-- {
+		live := a.live[i]
+		if !live.At.After(prev) {
+			return prev
+		}
+		if reached(live, positions) {
+			a.live = slices.Delete(a.live, 0, i)
+			return live.At.UTC()
+		}
+	}
+	return prev
+}
+
+// reached reports whether positions cover exactly live's partitions, each
+// at or past its high watermark then.
+func reached(live replay.LiveMarks, positions map[int32]int64) bool {
+	for p, pos := range positions {
+		high, ok := live.High[p]
+		if !ok || pos < high {
+			return false
+		}
+	}
+	for p := range live.High {
+		if _, ok := positions[p]; !ok {
+			return false // a partition the follower does not read yet
+		}
+	}
+	return true
+}
+
+// apply folds batches into the published generation in one transaction,
+// with the metadata's counters and the checkpoint's positions.
+func (a *applier) apply(batches []replay.FollowBatch) error {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	// Decoded before the transaction: a registry lookup must not hold
+	// the database's writer.
+	var skipped int64
+	if a.dec != nil {
+		before := a.dec.Skipped()
+		decoded := make([]replay.FollowBatch, len(batches))
+		for i, b := range batches {
+			out, err := a.dec.Decode(b.Records)
+			if err != nil {
+				return fmt.Errorf("follow table %q: %w", a.table, err)
+			}
+			decoded[i] = b
+			decoded[i].Records = out
+		}
+		batches, skipped = decoded, a.dec.Skipped()-before
+	}
+	// A batch fetched after the topic was recreated holds the new log's
+	// records at the old positions (the refresh may not have seen it
+	// yet): refused before the transaction, so nothing of it is applied.
+	a.liveMu.Lock()
+	known := recordedID(a.cp.TopicID, a.topicID)
+	a.liveMu.Unlock()
+	for _, b := range batches {
+		if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, b.TopicID); err != nil {
+			return err
+		}
+	}
+	last := batches[len(batches)-1]
+	lows := map[int32]int64{}
+	for _, b := range batches {
+		maps.Copy(lows, b.Lows)
+	}
+	cp := followCheckpoint(a.cp, last.Positions, lows)
+	cp.CapturedAt = a.capturedAt(a.cp.CapturedAt, endsOf(cp))
+	a.liveMu.Lock()
+	// A checkpoint without a topic ID (saved by a build without them) gets
+	// the one the follower started with.
+	cp.TopicID = recordedID(cp.TopicID, a.topicID)
+	a.liveMu.Unlock()
+	f, err := a.spec.NewFolder()
+	if err != nil {
+		return err
+	}
+	count, isCount := f.(*fold.Count)
+	if l, ok := f.(*fold.Latest); ok {
+		// One sorted write of the last value of each key at Finish, over
+		// every batch (within the byte budget, see MaxApplyBytes).
+		l.RetainRecords(math.MaxInt)
+	}
+	st, err := a.opts.DB.Apply(a.table, a.gen, func(r store.Rows) error {
+		t := foldTable{r}
+		if n == 0 {
+			return nil
+		}
+		for _, b := range batches {
+			if err := f.Fold(t, b.Records); err != nil {
+				return err
+			}
+		}
+		if isCount {
+			// Finish writes each group's count of this batch's new
+			// events: added to the row, not replacing it.
+			return count.Finish(addTable{t})
+		}
+		return f.Finish(t)
+	}, func(m *store.TableMeta) error {
+		addStats(m, withDecodeSkips(f.Stats(), skipped))
+		if isCount {
+			m.Empty = m.Empty && count.Empty()
+		} else {
+			m.Empty = m.Keys == 0
+		}
+		return nil
+	}, func(tx *bolt.Tx) error {
+		// Only if the checkpoint is still the one this follower last
+		// committed (or started from): another follower or an update that
+		// committed meanwhile read the same records, and this batch on top
+		// would apply them twice and move positions back.
+		return saveCheckpointFrom(tx, a.table, writerFollower, a.cp, cp)
+	})
+	if err != nil {
+		return fmt.Errorf("follow table %q: %w", a.table, err)
+	}
+	a.cp = cp
+	if a.opts.Status != nil {
+		var held int64
+		for _, b := range batches {
+			held += b.Held
+		}
+		// Only the last batch's end is the apply's: an Unstable
+		// batch followed by a stable one was not a visible cut.
+		a.opts.Status.applied(cp, int64(n), last.Unstable, held)
+	}
+	a.log.Debug().Int("records", n).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
+	return nil
+}
+
+// followCheckpoint is cp with each partition's end at positions (partitions
+// added since start at their low).
+func followCheckpoint(cp checkpoint.Checkpoint, positions, lows map[int32]int64) checkpoint.Checkpoint {
+	out := cp
+	out.Partitions = slices.Clone(cp.Partitions)
+	idx := map[int32]int{}
+	for i, p := range out.Partitions {
+		idx[p.Partition] = i
+	}
+	for p, pos := range positions {
+		i, ok := idx[p]
+		if !ok {
+			low := lows[p]
+			out.Partitions = append(out.Partitions, checkpoint.Partition{Partition: p, Low: low, Start: low, High: pos, End: pos})
+			continue
+		}
+		cpp := &out.Partitions[i]
+		if pos < cpp.End {
+			continue // never backwards
+		}
+		cpp.End = pos
+		cpp.High = max(cpp.High, pos)
+	}
+	slices.SortFunc(out.Partitions, func(a, b checkpoint.Partition) int { return int(a.Partition) - int(b.Partition) })
+	return out
+}
+
+// addStats adds one batch's fold counters to the table's.
+func addStats(m *store.TableMeta, s fold.Stats) {
+	m.Records += s.Records
+	m.Skipped += s.Skipped
+	for k, v := range s.SkippedByReason {
+		if m.SkippedByReason == nil {
+			m.SkippedByReason = map[string]int64{}
+		}
+		m.SkippedByReason[k] += v
+	}
+	for k, v := range s.Extra {
+		if m.Extra == nil {
+			m.Extra = map[string]int64{}
+		}
+		m.Extra[k] += v
+	}
+}
+
+// addTable is the count fold's Table for an increment: Put(group, n) adds
+// n to the group's row (the fold's Finish writes the counts of the new
+// events only); reads, deletes and indexes are the table's.
+type addTable struct{ fold.Table }
+
+func (t addTable) Put(key, value []byte) error {
+	n, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return fmt.Errorf("count row %q: the fold wrote %q, not a count: %w", key, value, err)
+	}
+	old, err := t.Table.Get(key)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		o, err := strconv.ParseInt(string(old), 10, 64)
+		if err != nil {
+			return fmt.Errorf("count row %q holds %q, not a count: %w", key, old, err)
+		}
+		n += o
+	}
+	return t.Table.Put(key, strconv.AppendInt(nil, n, 10))
+}
