@@ -20,7 +20,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// Exit codes, as documented in docs/operations.md and DESIGN.md.
+// Exit codes, as documented in docs/operations.md ("Exit codes").
 const (
 	exitOK          = 0
 	exitError       = 1
