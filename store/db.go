@@ -23,9 +23,8 @@ import (
 // page with one pwrite: a quarter of the pages is a quarter of the
 // syscalls, of the branch entries and of the page headers (the measurement
 // is in bench/RESULTS.md, "Measurements the code's choices rest on"). The
-// cost is on small writes:
-// an in-place update or a follower's transaction rewrites 16 KiB for each
-// leaf it touches instead of 4 KiB. Reads map the file and touch only the
+// cost is on small writes: an in-place update or a follower's transaction
+// rewrites 16 KiB for each leaf it touches instead of 4 KiB. Reads map the file and touch only the
 // bytes they compare, whatever the page size.
 const PageSize = 16 << 10
 
