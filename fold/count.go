@@ -251,7 +251,7 @@ func (c *Count) Full() bool { return c.held.bytes >= c.budget }
 // Sorted returns the held identities in ascending order, each with its
 // entries as CombineIdentities reads them. They stay held until Reset; do
 // not call Fold while reading them.
-func (c *Count) Sorted() *Rows { return &Rows{es: c.held.sorted(), held: c.held} }
+func (c *Count) Sorted() *SortedRows { return &SortedRows{es: c.held.sorted(), held: c.held} }
 
 // Reset forgets the held identities, after the caller has stored them.
 func (c *Count) Reset() { c.held.reset() }

@@ -128,17 +128,17 @@ func (l *Latest) Full() bool { return l.held.bytes >= l.budget }
 // Sorted returns the held rows in ascending key order, one per key: the
 // last record's value, nil for a tombstone (which deletes the key). The
 // rows stay held until Reset; do not call Fold while reading them.
-func (l *Latest) Sorted() *Rows {
-	return &Rows{es: l.held.sorted(), held: l.held}
+func (l *Latest) Sorted() *SortedRows {
+	return &SortedRows{es: l.held.sorted(), held: l.held}
 }
 
 // Reset forgets the held rows, after the caller has stored them; the bytes
 // Sorted returned are reused.
 func (l *Latest) Reset() { l.held.reset() }
 
-// Rows iterates over a fold's held rows in key order (Latest.Sorted,
+// SortedRows iterates over a fold's held rows in key order (Latest.Sorted,
 // Count.Sorted).
-type Rows struct {
+type SortedRows struct {
 	es   []sortEntry
 	held *held
 	i    int
@@ -147,7 +147,7 @@ type Rows struct {
 // Next returns the next row: key, and value (nil for a tombstone); ok is
 // false after the last. The slices are valid until Reset. err is always
 // nil (the method has store.Sorted's shape).
-func (r *Rows) Next() (key, value []byte, ok bool, err error) {
+func (r *SortedRows) Next() (key, value []byte, ok bool, err error) {
 	if r.i == len(r.es) {
 		return nil, nil, false, nil
 	}
@@ -158,7 +158,7 @@ func (r *Rows) Next() (key, value []byte, ok bool, err error) {
 }
 
 // Len returns how many rows the iterator holds in all.
-func (r *Rows) Len() int { return len(r.es) }
+func (r *SortedRows) Len() int { return len(r.es) }
 
 // flushHeld writes the held records in key order and forgets them. The
 // Table copies what it keeps (the held bytes are reused after this call).

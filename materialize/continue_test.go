@@ -26,10 +26,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -183,7 +183,7 @@ func TestFollowImportedCompacted(t *testing.T) {
 	r.produce([]localkafka.Record{{Key: []byte("k1"), Value: []byte("a")}, {Key: []byte("k2"), Value: []byte("b")}})
 	r.rebuild()
 	var doc bytes.Buffer
-	if err := snapshot.Write(r.db, "cfg", &doc, snapshot.Options{}); err != nil {
+	if err := exportdoc.Write(r.db, "cfg", &doc, exportdoc.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	imp := newFollowRig(t, 1, materialize.Spec{Name: "cfg"}).onTopic(r.topic)

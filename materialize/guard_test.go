@@ -15,11 +15,11 @@ import (
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -81,7 +81,7 @@ func (g *guardRig) rebuild(f fold.Folder, start replay.Start, allowEmpty bool) (
 func (g *guardRig) export() []byte {
 	g.t.Helper()
 	var b bytes.Buffer
-	if err := snapshot.Write(g.db, g.topic, &b, snapshot.Options{}); err != nil {
+	if err := exportdoc.Write(g.db, g.topic, &b, exportdoc.Options{}); err != nil {
 		g.t.Fatal(err)
 	}
 	return b.Bytes()

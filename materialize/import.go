@@ -12,8 +12,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -28,7 +28,7 @@ type ImportOptions struct {
 	Log   zerolog.Logger
 }
 
-// Import loads a table from an export document (snapshot.Write) into a new
+// Import loads a table from an export document (exportdoc.Write) into a new
 // generation and publishes it like a rebuild, with the document's
 // provenance offsets as the table's checkpoint, so that update (or a
 // follower) continues from where the exported table ended instead of
@@ -36,7 +36,7 @@ type ImportOptions struct {
 // of a compacted topic refuses it (ErrStaleCheckpoint).
 //
 // The document is checked before anything is published (a
-// *snapshot.ImportError, snapshot.ErrImport): its format version; a latest
+// *exportdoc.ImportError, exportdoc.ErrImport): its format version; a latest
 // fold only (a count table's export carries no identity index, so its
 // updates could not dedupe); the latest fold's parameters (none); its end
 // mark and partitions; its row count against its totals; and, when the
@@ -45,13 +45,13 @@ type ImportOptions struct {
 // them. Nothing is published on any error.
 func Import(ctx context.Context, o ImportOptions) (Report, error) {
 	started := time.Now()
-	rd, err := snapshot.NewReader(o.In, o.Source)
+	rd, err := exportdoc.NewReader(o.In, o.Source)
 	if err != nil {
 		return Report{}, err
 	}
 	h := rd.Header
 	bad := func(format string, args ...any) error {
-		return &snapshot.ImportError{Source: o.Source, Reason: fmt.Sprintf(format, args...)}
+		return &exportdoc.ImportError{Source: o.Source, Reason: fmt.Sprintf(format, args...)}
 	}
 	table := o.Table
 	if table == "" {
@@ -83,7 +83,7 @@ func Import(ctx context.Context, o ImportOptions) (Report, error) {
 	}
 	cp := checkpoint.Checkpoint{Topic: h.Topic, EndMark: h.EndMark, Partitions: h.Partitions}
 	if err := checkpoint.Validate(table, cp); err != nil {
-		return Report{}, &snapshot.ImportError{Source: o.Source, Reason: "the document's partitions", Err: err}
+		return Report{}, &exportdoc.ImportError{Source: o.Source, Reason: "the document's partitions", Err: err}
 	}
 	wantKeys, ok := h.Totals["keys"]
 	if !ok {
@@ -100,7 +100,7 @@ func Import(ctx context.Context, o ImportOptions) (Report, error) {
 		}
 	}()
 	if err := gen.WriteMerged(ctx, rd); err != nil {
-		var ie *snapshot.ImportError
+		var ie *exportdoc.ImportError
 		if errors.As(err, &ie) {
 			return Report{}, ie
 		}

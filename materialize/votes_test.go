@@ -18,11 +18,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/scenario"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -124,7 +124,7 @@ func (v *votes) rows() map[string]string {
 func (v *votes) export() []byte {
 	v.t.Helper()
 	var b bytes.Buffer
-	if err := snapshot.Write(v.db, v.table, &b, snapshot.Options{}); err != nil {
+	if err := exportdoc.Write(v.db, v.table, &b, exportdoc.Options{}); err != nil {
 		v.t.Fatal(err)
 	}
 	return b.Bytes()

@@ -53,7 +53,7 @@ type writer struct {
 type sorter interface {
 	Fold(t fold.Table, batch []fold.Record) error
 	Full() bool
-	Sorted() *fold.Rows
+	Sorted() *fold.SortedRows
 	Reset()
 }
 

@@ -14,7 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -626,7 +626,7 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 			}
 			n++
 			size += len(k) + len(v)
-			ks, err := snapshot.Text(k, k, "key", q.b64)
+			ks, err := exportdoc.Text(k, k, "key", q.b64)
 			if err != nil {
 				return err
 			}
@@ -634,11 +634,11 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 				buf.Write(keyLine(ks))
 				return nil
 			}
-			vs, err := snapshot.Text(k, v, "value", q.b64)
+			vs, err := exportdoc.Text(k, v, "value", q.b64)
 			if err != nil {
 				return err
 			}
-			buf.Write(snapshot.JSONLine(ks, vs))
+			buf.Write(exportdoc.JSONLine(ks, vs))
 			return nil
 		})
 		if errors.Is(err, errPageEnd) {
@@ -647,7 +647,7 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	switch {
-	case errors.Is(err, snapshot.ErrNotUTF8):
+	case errors.Is(err, exportdoc.ErrNotUTF8):
 		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
 		return
 	case err != nil:

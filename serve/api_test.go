@@ -18,9 +18,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -172,14 +172,14 @@ func TestAPIContract(t *testing.T) {
 			if diff := cmp.Diff(map[string]string(want), doc.Rows); diff != "" {
 				t.Fatalf("export rows (-oracle +got):\n%s", diff)
 			}
-			// The same bytes as `kmaterialize export` (snapshot.Write) of
+			// The same bytes as `kmaterialize export` (exportdoc.Write) of
 			// the same generation.
 			var cli bytes.Buffer
-			if err := snapshot.Write(d.s.db, "main", &cli, snapshot.Options{}); err != nil {
+			if err := exportdoc.Write(d.s.db, "main", &cli, exportdoc.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(cli.Bytes(), r.body) || r.gen(t) != mainGen {
-				t.Fatalf("export differs from snapshot.Write's (generation %d)", r.gen(t))
+				t.Fatalf("export differs from exportdoc.Write's (generation %d)", r.gen(t))
 			}
 		}},
 		{name: "export not UTF-8", method: "GET", path: "/v1/tables/raw/export", status: 422, code: codeNotUTF8},

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -41,7 +41,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	opts := snapshot.Options{Base64: b64}
+	opts := exportdoc.Options{Base64: b64}
 	if !s.followed(table) && s.exportPaged(w, db, table, opts) {
 		return
 	}
@@ -60,7 +60,7 @@ func (s *Server) followed(table string) bool {
 // exportPaged sends the export from a store.Pager. It returns false, having
 // sent nothing, when the generation changed in place before the first byte:
 // the caller spools it instead.
-func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, opts snapshot.Options) bool {
+func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, opts exportdoc.Options) bool {
 	var cp checkpoint.Checkpoint
 	p, err := db.NewPager(table, func(snap *store.Snapshot) error {
 		var err error
@@ -75,7 +75,7 @@ func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(HeaderGeneration, strconv.FormatUint(p.Meta.Generation, 10))
 	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
-	err = snapshot.WritePaged(p, cp, dw, opts)
+	err = exportdoc.WritePaged(p, cp, dw, opts)
 	switch {
 	case err == nil:
 	case dw.wrote:
@@ -95,7 +95,7 @@ func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, 
 
 // exportSpooled reads the export in one read transaction into a spool file,
 // releases the heavy slot, and sends the file.
-func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string, opts snapshot.Options, release func()) {
+func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string, opts exportdoc.Options, release func()) {
 	sf, err := s.spool.create()
 	if err != nil {
 		s.readError(w, table, err)
@@ -105,7 +105,7 @@ func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string
 	var gen uint64
 	err = db.ReadTable(table, func(snap *store.Snapshot) error {
 		gen = snap.Meta.Generation
-		return snapshot.WriteSnapshot(snap, sf, opts)
+		return exportdoc.WriteSnapshot(snap, sf, opts)
 	})
 	release()
 	if err != nil {
@@ -125,7 +125,7 @@ func (s *Server) exportError(w http.ResponseWriter, table string, err error) {
 	switch {
 	case errors.Is(err, errSpoolFull):
 		s.spoolFullError(w, fmt.Sprintf("the export of table %q", table))
-	case errors.Is(err, snapshot.ErrNotUTF8):
+	case errors.Is(err, exportdoc.ErrNotUTF8):
 		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
 	default:
 		s.readError(w, table, err)

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -85,7 +85,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	defer sf.close()
 	rng, err := db.Diff(table, from, to, limit, func(c store.Change) error {
-		line, err := snapshot.DiffLine(c, b64)
+		line, err := exportdoc.DiffLine(c, b64)
 		if err != nil {
 			return err
 		}
@@ -97,7 +97,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errSpoolFull):
 		s.spoolFullError(w, fmt.Sprintf("the diff of table %q", table))
 		return
-	case errors.Is(err, snapshot.ErrNotUTF8):
+	case errors.Is(err, exportdoc.ErrNotUTF8):
 		writeError(w, http.StatusBadRequest, codeNotUTF8, err.Error()+": ask with encoding=base64")
 		return
 	case err != nil:

@@ -25,10 +25,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -135,7 +135,7 @@ func startSlowRead(ctx context.Context, hc *http.Client, u string, rate int, fas
 // exportRows parses an export document's rows.
 func exportRows(t *testing.T, doc []byte) oracle {
 	t.Helper()
-	rd, err := snapshot.NewReader(bytes.NewReader(doc), "export")
+	rd, err := exportdoc.NewReader(bytes.NewReader(doc), "export")
 	if err != nil {
 		t.Fatalf("export document: %v", err)
 	}

@@ -21,11 +21,10 @@ import (
 // 16 KiB rather than the OS page size (4 KiB here) because a rebuild writes
 // a whole table through bbolt's commits, and a commit writes each dirty
 // page with one pwrite: a quarter of the pages is a quarter of the
-// syscalls, of the branch entries and of the page headers. On the 5M-key
-// benchmark it cut the merge into bbolt from about 4.2 s to 3.1 s (commits
-// from 1.9 s to 1.1 s) and the file by 3%. The cost is on small writes:
-// an in-place update or a follower's transaction rewrites 16 KiB for each
-// leaf it touches instead of 4 KiB. Reads map the file and touch only the
+// syscalls, of the branch entries and of the page headers (the measurement
+// is in bench/RESULTS.md, "Measurements the code's choices rest on"). The
+// cost is on small writes: an in-place update or a follower's transaction
+// rewrites 16 KiB for each leaf it touches instead of 4 KiB. Reads map the file and touch only the
 // bytes they compare, whatever the page size.
 const PageSize = 16 << 10
 

@@ -12,10 +12,30 @@ import (
 	"github.com/kmaterialize/kmaterialize/config"
 )
 
+// processOptions are what the process decides about a run, not its command
+// line: main sets them, run (what tests call in their own process) leaves
+// them zero.
+type processOptions struct {
+	// limitGoMemory: rebuild and update set the Go runtime's soft memory
+	// limit from their --memory (limitGoMemory) for the run. The limit is
+	// the process's: only the kmaterialize process may set it, not a test
+	// that shares its runtime with the other tests of its binary.
+	limitGoMemory bool
+}
+
+// metaProcess is the App.Metadata key of the run's processOptions.
+const metaProcess = "process"
+
 // run builds the app and maps its error to an exit code; it is main without
 // the process, so tests can call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runProcess(ctx, args, stdout, stderr, processOptions{})
+}
+
+// runProcess is run with the process's options.
+func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer, po processOptions) int {
 	app := newApp(args, stdout, stderr)
+	app.Metadata[metaProcess] = po
 	unknown := ""
 	app.CommandNotFound = func(_ *cli.Context, name string) { unknown = name }
 	err := app.RunContext(ctx, args)
@@ -120,6 +140,12 @@ func finish(app *cli.App, err error, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Try: %s\n", h)
 	}
 	return code
+}
+
+// processOf returns the run's processOptions (zero when run set none).
+func processOf(c *cli.Context) processOptions {
+	po, _ := c.App.Metadata[metaProcess].(processOptions)
+	return po
 }
 
 func stdoutOf(c *cli.Context) io.Writer {

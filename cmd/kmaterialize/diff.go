@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/client"
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -79,10 +79,10 @@ Examples:
 			// fails before the first line (as export does).
 			if !b64 {
 				_, err := db.Diff(table, from, to, limit, func(ch store.Change) error {
-					_, err := snapshot.DiffLine(ch, false)
+					_, err := exportdoc.DiffLine(ch, false)
 					return err
 				})
-				if errors.Is(err, snapshot.ErrNotUTF8) {
+				if errors.Is(err, exportdoc.ErrNotUTF8) {
 					return &usageError{msg: err.Error(), hint: "add --base64"}
 				}
 				if err != nil {
@@ -91,7 +91,7 @@ Examples:
 			}
 			w := bufio.NewWriter(stdoutOf(c))
 			if _, err := db.Diff(table, from, to, limit, func(ch store.Change) error {
-				line, err := snapshot.DiffLine(ch, b64)
+				line, err := exportdoc.DiffLine(ch, b64)
 				if err != nil {
 					return err
 				}

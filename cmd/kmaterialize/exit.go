@@ -11,16 +11,16 @@ import (
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/copier"
 	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// Exit codes, as documented in docs/operations.md and DESIGN.md.
+// Exit codes, as documented in docs/operations.md ("Exit codes").
 const (
 	exitOK          = 0
 	exitError       = 1
@@ -59,7 +59,7 @@ func exitCode(err error) int {
 		// Before ErrUnavailable: a stale checkpoint's reason may quote an
 		// unreadable topic configuration, which is not an outage.
 		return exitIncomplete
-	case errors.Is(err, materialize.ErrNoSpec), errors.Is(err, snapshot.ErrImport):
+	case errors.Is(err, materialize.ErrNoSpec), errors.Is(err, exportdoc.ErrImport):
 		return exitUsage
 	case errors.As(err, new(*errLedgerMismatch)):
 		return exitConflict

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 )
 
 func exportCommand() *cli.Command {
@@ -50,13 +50,13 @@ Examples:
 				return err
 			}
 			defer db.Close()
-			opts := snapshot.Options{Base64: c.Bool("base64")}
+			opts := exportdoc.Options{Base64: c.Bool("base64")}
 			if out := c.String("out"); out != "" {
-				err = snapshot.WriteFile(db, c.String("table"), out, opts)
+				err = exportdoc.WriteFile(db, c.String("table"), out, opts)
 			} else {
-				err = snapshot.Write(db, c.String("table"), stdoutOf(c), opts)
+				err = exportdoc.Write(db, c.String("table"), stdoutOf(c), opts)
 			}
-			if errors.Is(err, snapshot.ErrNotUTF8) {
+			if errors.Is(err, exportdoc.ErrNotUTF8) {
 				return &usageError{msg: err.Error(), hint: "add --base64"}
 			}
 			if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -184,7 +184,7 @@ func printValues(c *cli.Context, format, table string, keys, values [][]byte) er
 		return printValue(c, values[0])
 	}
 	text := func(what string, k, b []byte) (string, error) {
-		s, err := snapshot.Text(k, b, what, b64)
+		s, err := exportdoc.Text(k, b, what, b64)
 		if err != nil {
 			return "", &usageError{msg: err.Error(), hint: "add --base64 to print keys and values base64-encoded"}
 		}

@@ -24,7 +24,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kmaterialize: second signal, exiting now")
 		os.Exit(130)
 	}()
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	code := runProcess(ctx, os.Args, os.Stdout, os.Stderr, processOptions{limitGoMemory: true})
 	stop()
 	os.Exit(code)
 }

@@ -10,7 +10,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -254,8 +253,9 @@ func parsePercent(s string) (float64, error) {
 // C memory: materialize's memorySplit), so that the collector runs before
 // the heap's garbage takes the process past --memory, instead of letting
 // the heap grow to twice its live data. A limit already set (GOMEMLIMIT)
-// wins. Only the kmaterialize process does this, not tests that call run
-// in their own process. The returned function restores the limit.
+// wins. Only the kmaterialize process does this (processOptions), not tests
+// that call run in their own process. The returned function restores the
+// limit.
 func limitGoMemory(memory int64) func() {
 	if memory <= 0 {
 		memory = materialize.DefaultMemory
@@ -431,7 +431,7 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	opts.Replay.Progress = prog.Update
 	opts.Replay.ProgressInterval = prog.Tick()
 	log.Info().Str(keyTopic, opts.Replay.Topic).Str(keyTable, table).Str("db", o.dbPath).Str("end", string(opts.Replay.End)).Msg("rebuild started")
-	if !testing.Testing() {
+	if processOf(c).limitGoMemory {
 		defer limitGoMemory(o.spec.Memory)()
 	}
 	if p := c.String("cpuprofile"); p != "" {

@@ -15,8 +15,8 @@ import (
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/replay"
-	"github.com/kmaterialize/kmaterialize/snapshot"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -298,7 +298,7 @@ func exportVia(c *cli.Context, d *daemon, table, out string, b64 bool) error {
 		return d.fail(err, table)
 	}
 	if out != "" {
-		return snapshot.WriteFileWith(out, write)
+		return exportdoc.WriteFileWith(out, write)
 	}
 	var sp spool
 	defer sp.Close()

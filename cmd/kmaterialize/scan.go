@@ -8,7 +8,7 @@ import (
 	"io"
 
 	"github.com/kmaterialize/kmaterialize/client"
-	"github.com/kmaterialize/kmaterialize/snapshot"
+	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 	"github.com/urfave/cli/v2"
 )
@@ -210,7 +210,7 @@ func newRowFormatter(format string, b64 bool) (*rowFormatter, error) {
 }
 
 func (f *rowFormatter) text(what string, k, b []byte) (string, error) {
-	s, err := snapshot.Text(k, b, what, f.b64)
+	s, err := exportdoc.Text(k, b, what, f.b64)
 	if err != nil {
 		return "", &usageError{msg: err.Error(), hint: "add --base64 to print keys and values base64-encoded"}
 	}
@@ -266,7 +266,7 @@ func (f *rowFormatter) row(w io.Writer, k, v []byte) error {
 		io.WriteString(w, ": ")
 		w.Write(vj)
 	case "jsonl":
-		w.Write(snapshot.JSONLine(ks, vs))
+		w.Write(exportdoc.JSONLine(ks, vs))
 	case "tsv":
 		fmt.Fprintf(w, "%s\t%s\n", ks, vs)
 	}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -157,7 +156,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 	}
 	defer prog.Finish()
 	o.opts.Progress, o.opts.ProgressInterval = prog.Update, prog.Tick()
-	if !testing.Testing() {
+	if processOf(c).limitGoMemory {
 		defer limitGoMemory(o.opts.Memory)()
 	}
 	log.Info().Str(keyTable, table).Str("db", o.dbPath).Msg("update started")

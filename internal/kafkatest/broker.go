@@ -36,8 +36,9 @@ type Options struct {
 	// class path.
 	JVMArgs []string
 	// ReadyTimeout bounds the wait for the broker to serve metadata, a
-	// group coordinator and a transaction coordinator. Default: 180s (a
-	// start took 66s on a 2-core machine shared with other builds).
+	// group coordinator and a transaction coordinator. Default: 180s, far
+	// above a start on a 2-core machine shared with other builds (see
+	// bench/RESULTS.md, "Measurements the code's choices rest on").
 	ReadyTimeout time.Duration
 	// StopTimeout bounds the wait after SIGTERM before SIGKILL. Default: 30s.
 	StopTimeout time.Duration
@@ -282,9 +283,8 @@ func (b *Broker) format(ctx context.Context, java, classPath, props string) erro
 
 // quickJIT keeps the JVMs to the quick compiler (C1). The tests' loads are
 // small, and on a 2-core machine shared with builds the optimizing compiler
-// was most of the start's CPU: measured, C1 alone took a start from about
-// 6.5 s of CPU to 4.2 s, the wait for ready by about 40 %, and the resident
-// memory from about 220 to 190 MiB.
+// was most of the start's CPU, and of the wait for ready (the measurement is
+// in bench/RESULTS.md, "Measurements the code's choices rest on").
 const quickJIT = "-XX:TieredStopAtLevel=1"
 
 // noProviders is what SLF4J prints when it has no provider: the broker would

@@ -1,4 +1,4 @@
-// Package snapshot owns the export format: a table, its provenance (topic,
+// Package exportdoc owns the export format: a table, its provenance (topic,
 // fold and parameters, per-partition bounds) and its rows as one JSON
 // document that depends only on the data, never on the clock.
 //
@@ -6,4 +6,4 @@
 // wall-clock field, no generation number, rows in key order, parameters and
 // counters with sorted keys. WriteFile replaces its target atomically; on any
 // error the previous file is untouched.
-package snapshot
+package exportdoc

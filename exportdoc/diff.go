@@ -1,4 +1,4 @@
-package snapshot
+package exportdoc
 
 import (
 	"encoding/json"
