@@ -130,8 +130,9 @@ func (c *Config) withDefaults() Config {
 
 // TunedDefaults are the consumer properties the replay uses unless Props
 // overrides them. librdkafka's defaults fetch in small steps with a 1s
-// backoff between queue refills; measured against kfake on 2 cores that left
-// about 8x of throughput unused (130k vs 1.1M records/s).
+// backoff between queue refills, which leaves most of a replay's throughput
+// unused (the measurement is in bench/RESULTS.md, "Measurements the code's
+// choices rest on").
 var TunedDefaults = map[string]string{
 	"fetch.queue.backoff.ms":     "10",
 	"queued.min.messages":        "20000",
