@@ -326,7 +326,7 @@ func tablesVia(c *cli.Context, d *daemon, format string) error {
 		ps := make([]int32, len(t.Partitions))
 		for i, p := range t.Partitions {
 			ps[i] = p.Partition
-			info.Partitions = append(info.Partitions, checkpoint.Partition(p))
+			info.Partitions = append(info.Partitions, checkpoint.Partition{Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.High, End: p.End})
 		}
 		info.PartitionSet = replay.PartitionSet(ps)
 		info.Until, info.Changes = storeBound(t.Until), storeChanges(t.Changes)
@@ -355,7 +355,7 @@ func keptInfo(table string, k client.KeptGeneration) tableInfo {
 		Until: storeBound(k.Until), Changes: storeChanges(k.Changes)}
 	cp := checkpoint.Checkpoint{EndMark: k.EndMark, Updates: k.UpdatesSinceRebuild, CapturedAt: k.CheckpointCapturedAt}
 	for _, p := range k.Partitions {
-		cp.Partitions = append(cp.Partitions, checkpoint.Partition(p))
+		cp.Partitions = append(cp.Partitions, checkpoint.Partition{Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.High, End: p.End})
 	}
 	return newTableInfo(m, cp)
 }
