@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -171,7 +172,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 // printUpdated prints the line of an update that published rep.
 func printUpdated(w io.Writer, rep materialize.Report) error {
 	if rep.Mode == materialize.ModeRebuilt {
-		return printPublished(w, rep.Meta)
+		return printPublished(w, tableview.FromMeta(rep.Meta))
 	}
 	return printUpdateLine(w, rep.Meta.Name, rep.Mode, rep.Meta.Generation, rep.Meta.Keys, rep.Replay.Records, rep.Checkpoint.Updates)
 }
@@ -236,5 +237,5 @@ func updateVia(c *cli.Context, d *daemon, table string) error {
 		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, res.Generation)
 		return err
 	}
-	return printPublished(stdoutOf(c), metaOf(t))
+	return printPublished(stdoutOf(c), t)
 }
