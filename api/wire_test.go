@@ -8,7 +8,8 @@ package api
 // serves a config with a plain scheduled table, a followed one, one with
 // keep: 2 rebuilt twice and one whose first build fails (its topic does not
 // exist), and records GET /v1/tables and /v1/tables/{table}, the answers of
-// rebuild (started, waited, failed) and update, and error bodies. Run it
+// rebuild (started, waited, failed), update, rollback and drop, and error
+// bodies. Run it
 // again after a change of the daemon's JSON; the test then says whether
 // these types still write it.
 
@@ -37,6 +38,10 @@ func document(t *testing.T, name string) any {
 		return &RebuildResult{}
 	case name == "update.json":
 		return &UpdateResult{}
+	case name == "rollback.json":
+		return &RollbackResult{}
+	case name == "drop.json":
+		return &Dropped{}
 	}
 	t.Fatalf("testdata/%s: no type for it", name)
 	return nil
