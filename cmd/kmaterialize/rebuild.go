@@ -470,6 +470,31 @@ waits for the run: the daemon builds the table as its config says, so
 --progress-interval are all it takes; any other flag is exit 2. A rebuild of the table already
 running in the daemon is exit 7.`
 
+// routeRebuild sends rebuild through the daemon when one holds the
+// database. A routed rebuild needs neither --topic nor --brokers, so it is
+// decided before the required-flag check (and after --config, which may
+// name the database).
+func routeRebuild(cmd *cli.Command) {
+	cmd.Description += rebuildDaemonHelp
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		// The table's name, as the direct path takes it: --table, or the
+		// topic's name (and then --topic is refused below, with a message
+		// that says why, rather than a busy database).
+		table := c.String("table")
+		if table == "" {
+			table = c.String("topic")
+		}
+		if table == "" || c.NArg() > 0 {
+			return action(c)
+		}
+		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d, table) }); routed {
+			return err
+		}
+		return action(c)
+	}
+}
+
 // rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
 // they say which table and which daemon, or how to show it, never how it is
 // built (the daemon's config decides that).
@@ -497,14 +522,18 @@ func rebuildVia(c *cli.Context, d *daemon, table string) error {
 		return d.fail(err, table)
 	}
 	if res.ExitCode != exitOK {
-		return &daemonError{code: res.ExitCode, err: errors.New(res.Error),
-			msg:  d.answered(fmt.Sprintf("run %d of table %q failed, nothing published: %s", res.Run, table, res.Error)),
-			hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
+		return d.runFailed("", res.Run, table, res.ExitCode, res.Error)
 	}
+	return printPublishedVia(c, d, table, res.Generation)
+}
+
+// printPublishedVia prints the line of a routed run that published gen,
+// from the table as the daemon shows it; when another run published since,
+// what this one did.
+func printPublishedVia(c *cli.Context, d *daemon, table string, gen uint64) error {
 	t, err := d.cl.Table(c.Context, table)
-	if err != nil || t.Generation != res.Generation {
-		// Another run published since: say what this one did.
-		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, res.Generation)
+	if err != nil || t.Generation != gen {
+		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, gen)
 		return err
 	}
 	return printPublished(stdoutOf(c), t)
@@ -517,25 +546,10 @@ func rebuildVia(c *cli.Context, d *daemon, table string) error {
 func onlyTableFlags(c *cli.Context, table string) error {
 	cfg, _ := c.App.Metadata[metaConfig].(*config.Config)
 	spec, fromFile := configTable(c)
-	var refused []string
-	for _, f := range c.Command.Flags {
-		name := f.Names()[0]
-		if rebuildViaDaemonFlags[name] || !c.IsSet(name) {
-			continue
-		}
-		if name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers ||
-			name == "topic" && fromFile && c.String(name) == spec.Topic {
-			continue
-		}
-		flag := "--" + name
-		if len(name) == 1 {
-			flag = "-" + name
-		}
-		if ev, ok := f.(interface{ GetEnvVars() []string }); ok && len(ev.GetEnvVars()) > 0 {
-			flag += " (or " + strings.Join(ev.GetEnvVars(), ", ") + ")"
-		}
-		refused = append(refused, flag)
-	}
+	refused := refusedFlags(c, rebuildViaDaemonFlags, func(name string) bool {
+		return name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers ||
+			name == "topic" && fromFile && c.String(name) == spec.Topic
+	}, true)
 	if len(refused) == 0 {
 		return nil
 	}

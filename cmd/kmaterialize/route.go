@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -42,35 +43,15 @@ through it: the database's holder record (FILE.holder) names its socket.
 --socket PATH (or KMATERIALIZE_SOCKET) names the daemon to ask. The output
 and exit code are those of the same command reading the file.`
 
-// withDaemon adds the daemon's help to a command that takes --socket and
-// routes rebuild. A routed rebuild needs neither --topic nor --brokers, so
-// it is decided before the required-flag check (and after --config, which
-// may name the database).
+// withDaemon adds the daemon's help to a command that takes --socket, and
+// routes rebuild (routeRebuild).
 func withDaemon(cmd *cli.Command) {
 	if cmd.Action == nil || !hasFlag(cmd, "socket") {
 		return
 	}
 	cmd.Description += "\n" + daemonHelp
-	if cmd.Name != "rebuild" {
-		return
-	}
-	cmd.Description += rebuildDaemonHelp
-	action := cmd.Action
-	cmd.Action = func(c *cli.Context) error {
-		// The table's name, as the direct path takes it: --table, or the
-		// topic's name (and then --topic is refused below, with a message
-		// that says why, rather than a busy database).
-		table := c.String("table")
-		if table == "" {
-			table = c.String("topic")
-		}
-		if table == "" || c.NArg() > 0 {
-			return action(c)
-		}
-		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d, table) }); routed {
-			return err
-		}
-		return action(c)
+	if cmd.Name == "rebuild" {
+		routeRebuild(cmd)
 	}
 }
 
@@ -227,4 +208,37 @@ func (d *daemon) fail(err error, table string) error {
 		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}
 	return e
+}
+
+// runFailed is the error of a routed run (what: "" for a rebuild, "
+// (update)") that ended with exitCode and msg: the command's exit code is
+// the run's.
+func (d *daemon) runFailed(what string, run uint64, table string, exitCode int, msg string) error {
+	return &daemonError{code: exitCode, err: errors.New(msg),
+		msg:  d.answered(fmt.Sprintf("run %d%s of table %q failed, nothing published: %s", run, what, table, msg)),
+		hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
+}
+
+// refusedFlags names the flags set on c that a routed command does not
+// send (not in accepted), but for those --config supplied (fromConfig: the
+// same value as the file's, not the user's). withEnv adds each one's
+// environment variables, "--brokers (or KMATERIALIZE_BROKERS)", as a routed
+// rebuild says them.
+func refusedFlags(c *cli.Context, accepted map[string]bool, fromConfig func(name string) bool, withEnv bool) []string {
+	var refused []string
+	for _, f := range c.Command.Flags {
+		name := f.Names()[0]
+		if accepted[name] || !c.IsSet(name) || fromConfig(name) {
+			continue
+		}
+		flag := "--" + name
+		if len(name) == 1 {
+			flag = "-" + name
+		}
+		if ev, ok := f.(interface{ GetEnvVars() []string }); withEnv && ok && len(ev.GetEnvVars()) > 0 {
+			flag += " (or " + strings.Join(ev.GetEnvVars(), ", ") + ")"
+		}
+		refused = append(refused, flag)
+	}
+	return refused
 }
