@@ -10,14 +10,16 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Response headers of the API.
 const (
 	// HeaderGeneration names the generation that answered a read.
-	HeaderGeneration = "Kmaterialize-Generation"
+	HeaderGeneration = api.HeaderGeneration
 	// HeaderMore is "true" on a rows page when rows follow its last one.
-	HeaderMore = "Kmaterialize-More"
+	HeaderMore = api.HeaderMore
 )
 
 // maxErrorBody bounds how much of an error response is read.
@@ -122,11 +124,7 @@ func responseError(method, path string, resp *http.Response) *Error {
 // bodyError is the *Error of an error response whose body was read.
 func bodyError(method, path string, resp *http.Response, body []byte) *Error {
 	e := &Error{Method: method, Path: path, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
-	var ae struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-		Run   uint64 `json:"run"`
-	}
+	var ae api.ErrorBody
 	if json.Unmarshal(body, &ae) == nil && ae.Code != "" {
 		e.Code, e.Message, e.Run = ae.Code, ae.Error, ae.Run
 	} else {

@@ -1,7 +1,8 @@
 // Package client is a Go client of the kmaterialize daemon's HTTP API (see
 // package serve): it owns the wire side of that API, the request paths and
-// parameters, the response types and the mapping of error responses to typed
-// errors. The kmaterialize CLI's routed commands use it; other Go programs on
+// parameters and the mapping of error responses to typed errors; the
+// response types are package api's, under aliases (Table = api.Table,
+// ...). The kmaterialize CLI's routed commands use it; other Go programs on
 // the host can import it to read tables without opening the database file.
 //
 // # Connecting

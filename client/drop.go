@@ -4,15 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Dropped is what the daemon dropped: the table's name, and its
 // generation and rows as they were.
-type Dropped struct {
-	Table      string `json:"dropped"`
-	Generation uint64 `json:"generation"`
-	Keys       int64  `json:"keys"`
-}
+type Dropped = api.Dropped
 
 // Drop removes table from the daemon's database (DELETE /v1/tables/{table}):
 // its entry, its generation and its checkpoint, in one transaction. An

@@ -6,38 +6,41 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Error codes of the API, the Code of an *Error.
 const (
-	CodeBadRequest         = "bad_request"
-	CodeBadTableName       = "bad_table_name"
-	CodeBadKey             = "bad_key"
-	CodeBadLimit           = "bad_limit"
-	CodeBadGeneration      = "bad_generation"
-	CodeBadEncoding        = "bad_encoding"
-	CodeTableNotFound      = "table_not_found"
-	CodeTableNotReady      = "table_not_ready"
-	CodeTableNotConfigured = "table_not_configured"
-	CodeTableConfigured    = "table_configured"
-	CodeKeyNotFound        = "key_not_found"
-	CodeGenerationGone     = "generation_gone"
-	CodeNotUTF8            = "not_utf8"
-	CodeRunInProgress      = "run_in_progress"
-	CodeForbidden          = "forbidden"
-	CodeUnauthorized       = "unauthorized" // 401: a listener with allow_remote, without a token it knows
-	CodeShuttingDown       = "shutting_down"
-	CodeNotReady           = "not_ready"
-	CodeRouteNotFound      = "route_not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeInternal           = "internal"
-	CodeGenerationNotFound = "generation_not_found"
-	// CodeTableFollowed: POST .../update of a followed table, which its
-	// follower keeps current (409).
-	CodeTableFollowed = "table_followed"
-	// CodeDefinitionChanged: POST .../update of a table the config defines
-	// otherwise than it was built (409); the daemon is rebuilding it.
-	CodeDefinitionChanged = "definition_changed"
+	CodeBadRequest         = api.CodeBadRequest
+	CodeBadTableName       = api.CodeBadTableName
+	CodeBadKey             = api.CodeBadKey
+	CodeBadLimit           = api.CodeBadLimit
+	CodeBadGeneration      = api.CodeBadGeneration
+	CodeBadEncoding        = api.CodeBadEncoding
+	CodeTableNotFound      = api.CodeTableNotFound
+	CodeTableNotReady      = api.CodeTableNotReady
+	CodeTableNotConfigured = api.CodeTableNotConfigured
+	CodeTableConfigured    = api.CodeTableConfigured
+	CodeKeyNotFound        = api.CodeKeyNotFound
+	CodeGenerationGone     = api.CodeGenerationGone
+	CodeNotUTF8            = api.CodeNotUTF8
+	CodeRunInProgress      = api.CodeRunInProgress
+	CodeForbidden          = api.CodeForbidden
+	CodeUnauthorized       = api.CodeUnauthorized // 401: a listener with allow_remote, without a token it knows
+	CodeShuttingDown       = api.CodeShuttingDown
+	CodeNotReady           = api.CodeNotReady
+	CodeRouteNotFound      = api.CodeRouteNotFound
+	CodeMethodNotAllowed   = api.CodeMethodNotAllowed
+	CodeInternal           = api.CodeInternal
+	CodeGenerationNotFound = api.CodeGenerationNotFound
+	CodeTableFollowed      = api.CodeTableFollowed
+	CodeDefinitionChanged  = api.CodeDefinitionChanged
+	CodeTableBuildFailed   = api.CodeTableBuildFailed // 503: the first build failed
+	CodeRunPublishing      = api.CodeRunPublishing    // 409: a cancel of a run past its replay
+	CodeNoRun              = api.CodeNoRun            // 404: a cancel with nothing queued or going
+	CodeSpoolFull          = api.CodeSpoolFull        // a spooled answer would pass spool_max_bytes
+	CodeBusy               = api.CodeBusy             // max_heavy_requests are running
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that

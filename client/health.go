@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Healthz returns nil while the daemon serves (GET /healthz).
@@ -28,11 +30,7 @@ type Readiness struct {
 }
 
 // ReadyTable is one table in a Readiness.
-type ReadyTable struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	Reason string `json:"reason"`
-}
+type ReadyTable = api.ReadyTable
 
 // Readyz asks whether every configured table is published (GET /readyz).
 // Not ready is an answer, not an error: Ready false and the tables that
@@ -49,10 +47,7 @@ func (c *Client) Readyz(ctx context.Context) (Readiness, error) {
 		return r, decode(resp, http.MethodGet, path, &r)
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	var nr struct {
-		Code   string       `json:"code"`
-		Tables []ReadyTable `json:"tables"`
-	}
+	var nr api.ErrorBody
 	if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(body, &nr) == nil && nr.Code == CodeNotReady {
 		return Readiness{Tables: nr.Tables}, nil
 	}

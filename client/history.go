@@ -7,17 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // RollbackResult is the answer to a rollback request.
-type RollbackResult struct {
-	// Generation is the generation published now.
-	Generation uint64 `json:"generation"`
-	// From is the generation published before, now kept.
-	From uint64 `json:"from"`
-	// Keys is the number of keys of the generation published now.
-	Keys int64 `json:"keys"`
-}
+type RollbackResult = api.RollbackResult
 
 // Rollback makes a kept generation of table the published one, with its
 // checkpoint (POST /v1/tables/{table}/rollback); gen 0 means the newest
@@ -74,7 +69,7 @@ func (c *Client) Diff(ctx context.Context, table string, o DiffOptions, w io.Wri
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
-	if _, err := fmt.Sscanf(resp.Header.Get("X-Kmaterialize-Diff"), "%d..%d", &from, &to); err != nil {
+	if _, err := fmt.Sscanf(resp.Header.Get(api.HeaderDiff), "%d..%d", &from, &to); err != nil {
 		return 0, 0, fmt.Errorf("GET %s: the answer does not say which generations it compared: %w", path, err)
 	}
 	if _, err := io.Copy(w, resp.Body); err != nil {

@@ -4,24 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
-// RebuildResult is the answer to a rebuild request.
-type RebuildResult struct {
-	// Run is the run's id.
-	Run uint64 `json:"run"`
-	// Done is true when the request waited for the run to end; the fields
-	// below are set only then.
-	Done bool `json:"-"`
-	// ExitCode is the exit code `kmaterialize rebuild` would have given:
-	// 0 when the run published.
-	ExitCode int `json:"exit_code"`
-	// Error is the run's error, "" when it published.
-	Error string `json:"error"`
-	// Generation is the generation published by the run, or (when it
-	// failed) the one still served; 0 when there is none.
-	Generation uint64 `json:"generation"`
-}
+// RebuildResult is the answer to a rebuild request: Done (and the fields
+// after it) only when the request waited for the run.
+type RebuildResult = api.RebuildResult
 
 // Rebuild asks the daemon to rebuild table as its config defines it (POST
 // /v1/tables/{table}/rebuild): the request carries nothing but the name.
@@ -50,22 +39,7 @@ func (c *Client) Rebuild(ctx context.Context, table string, wait bool) (RebuildR
 }
 
 // UpdateResult is the answer to an update request: how the run ended.
-type UpdateResult struct {
-	Run uint64 `json:"run"`
-	// ExitCode is the exit code `kmaterialize update` would have given: 0
-	// when the run published.
-	ExitCode int `json:"exit_code"`
-	// Error is the run's error, "" when it published.
-	Error string `json:"error"`
-	// Generation is the generation published by the run, or (when it
-	// failed) the one still served.
-	Generation uint64 `json:"generation"`
-	// Mode is how the table changed: "in-place", "merged" or "rebuilt".
-	Mode    string `json:"mode"`
-	Keys    int64  `json:"keys"`
-	Records int64  `json:"records"` // new records the update read
-	Updates int64  `json:"updates"` // updates since the last full rebuild
-}
+type UpdateResult = api.UpdateResult
 
 // Update asks the daemon to update table incrementally from its checkpoint
 // (POST /v1/tables/{table}/update), with the table's stored definition and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -44,10 +45,10 @@ Examples:
 				return err
 			}
 			table := c.String("table")
-			var m store.TableMeta
+			var dropped api.Dropped
 			if routed, err := viaDaemon(c, func(d *daemon) error {
-				dr, err := d.cl.Drop(c.Context, table)
-				m = store.TableMeta{Name: dr.Table, Generation: dr.Generation, Keys: dr.Keys}
+				var err error
+				dropped, err = d.cl.Drop(c.Context, table)
 				return d.fail(err, table)
 			}); routed {
 				if err != nil {
@@ -65,23 +66,27 @@ Examples:
 				if err != nil {
 					return err
 				}
-				m, err = materialize.Drop(db, table)
+				m, err := materialize.Drop(db, table)
 				if cerr := db.Close(); err == nil && cerr != nil {
 					err = fmt.Errorf("close %s: %w", path, cerr)
 				}
 				if err != nil {
 					return err
 				}
+				dropped = api.Dropped{Generation: m.Generation, Keys: m.Keys}
 			}
-			if format == formatJSON {
-				return json.NewEncoder(stdoutOf(c)).Encode(struct {
-					Dropped    string `json:"dropped"`
-					Generation uint64 `json:"generation"`
-					Keys       int64  `json:"keys"`
-				}{table, m.Generation, m.Keys})
-			}
-			_, err = fmt.Fprintf(stdoutOf(c), "dropped table %s: generation %d, %d keys\n", table, m.Generation, m.Keys)
-			return err
+			dropped.Table = table
+			return printDropped(c, format, dropped)
 		},
 	}
+}
+
+// printDropped prints what a drop removed, read from the file or through
+// the daemon.
+func printDropped(c *cli.Context, format string, d api.Dropped) error {
+	if format == formatJSON {
+		return json.NewEncoder(stdoutOf(c)).Encode(d)
+	}
+	_, err := fmt.Fprintf(stdoutOf(c), "dropped table %s: generation %d, %d keys\n", d.Table, d.Generation, d.Keys)
+	return err
 }

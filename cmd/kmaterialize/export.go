@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 )
 
@@ -65,4 +67,23 @@ Examples:
 			return nil
 		},
 	}
+}
+
+// exportVia is export through the daemon: to --out atomically, or to
+// stdout once the whole document arrived.
+func exportVia(c *cli.Context, d *daemon, table, out string, b64 bool) error {
+	write := func(w io.Writer) error {
+		_, err := d.cl.Export(c.Context, table, client.ExportOptions{Base64: b64}, w)
+		return d.fail(err, table)
+	}
+	if out != "" {
+		return exportdoc.WriteFileWith(out, write)
+	}
+	var sp spool
+	defer sp.Close()
+	if err := write(&sp); err != nil {
+		return err
+	}
+	_, err := sp.WriteTo(stdoutOf(c))
+	return err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/api"
+	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -446,12 +450,120 @@ func (o *rebuildOptions) run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", table, opts.Replay.Topic, err)
 	}
-	return printPublished(stdoutOf(c), rep.Meta)
+	return printPublished(stdoutOf(c), tableview.FromMeta(rep.Meta))
 }
 
-// printPublished prints the line of a rebuild that published m.
-func printPublished(w io.Writer, m store.TableMeta) error {
+// printPublished prints the line of a rebuild that published m, read from
+// the file or through the daemon.
+func printPublished(w io.Writer, m api.Table) error {
 	_, err := fmt.Fprintf(w, "published table %s: generation %d, %d keys, %d records read, %d skipped%s, in %s\n",
 		m.Name, m.Generation, m.Keys, m.Records, m.Skipped, byReason(m.SkippedByReason), m.Duration.Round(time.Millisecond))
 	return err
+}
+
+// rebuildDaemonHelp follows daemonHelp in rebuild's help.
+const rebuildDaemonHelp = `
+
+A routed rebuild sends only the table's name (--table, or the topic's) and
+waits for the run: the daemon builds the table as its config says, so
+--config, --db, --table, --socket, --lock-timeout, --progress and
+--progress-interval are all it takes; any other flag is exit 2. A rebuild of the table already
+running in the daemon is exit 7.`
+
+// routeRebuild sends rebuild through the daemon when one holds the
+// database. A routed rebuild needs neither --topic nor --brokers, so it is
+// decided before the required-flag check (and after --config, which may
+// name the database).
+func routeRebuild(cmd *cli.Command) {
+	cmd.Description += rebuildDaemonHelp
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		// The table's name, as the direct path takes it: --table, or the
+		// topic's name (and then --topic is refused below, with a message
+		// that says why, rather than a busy database).
+		table := c.String("table")
+		if table == "" {
+			table = c.String("topic")
+		}
+		if table == "" || c.NArg() > 0 {
+			return action(c)
+		}
+		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d, table) }); routed {
+			return err
+		}
+		return action(c)
+	}
+}
+
+// rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
+// they say which table and which daemon, or how to show it, never how it is
+// built (the daemon's config decides that).
+var rebuildViaDaemonFlags = map[string]bool{
+	"config": true, "db": true, "table": true, "socket": true, "lock-timeout": true, "progress-interval": true,
+	"progress": true,
+}
+
+// rebuildVia asks the daemon to rebuild table as its config defines it and
+// waits for the run: its exit code is the command's.
+func rebuildVia(c *cli.Context, d *daemon, table string) error {
+	if err := onlyTableFlags(c, table); err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	log.Info().Str(keyTable, table).Str("socket", d.cl.Addr()).Msg("the daemon holds the database: it runs the rebuild, as its config defines the table")
+	res, err := d.cl.Rebuild(c.Context, table, true)
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stopped waiting for the daemon's rebuild of table %q, which goes on: %w", table, err)
+	}
+	if err != nil {
+		return d.fail(err, table)
+	}
+	if res.ExitCode != exitOK {
+		return d.runFailed("", res.Run, table, res.ExitCode, res.Error)
+	}
+	return printPublishedVia(c, d, table, res.Generation)
+}
+
+// printPublishedVia prints the line of a routed run that published gen,
+// from the table as the daemon shows it; when another run published since,
+// what this one did.
+func printPublishedVia(c *cli.Context, d *daemon, table string, gen uint64) error {
+	t, err := d.cl.Table(c.Context, table)
+	if err != nil || t.Generation != gen {
+		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, gen)
+		return err
+	}
+	return printPublished(stdoutOf(c), t)
+}
+
+// onlyTableFlags refuses, for a routed rebuild, every flag that would
+// change what is built: the daemon builds the table as its config says.
+// A --topic or --brokers that --config supplied (the same value as the
+// file's) is not the user's.
+func onlyTableFlags(c *cli.Context, table string) error {
+	cfg, _ := c.App.Metadata[metaConfig].(*config.Config)
+	spec, fromFile := configTable(c)
+	refused := refusedFlags(c, rebuildViaDaemonFlags, func(name string) bool {
+		return name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers ||
+			name == "topic" && fromFile && c.String(name) == spec.Topic
+	}, true)
+	if len(refused) == 0 {
+		return nil
+	}
+	return &usageError{
+		msg: fmt.Sprintf("a daemon holds the database, so it runs the rebuild of table %q as its config defines the table; the request sends only the table name, and %s would change what is built",
+			table, strings.Join(refused, ", ")),
+		hint: fmt.Sprintf("kmaterialize rebuild %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", where(c), table),
+	}
+}
+
+// where is how the command named the daemon: --socket, or --db.
+func where(c *cli.Context) string {
+	if s := c.String("socket"); s != "" {
+		return "--socket " + s
+	}
+	return "--db " + c.String("db")
 }

@@ -1,29 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/client"
-	"github.com/kmaterialize/kmaterialize/config"
-	"github.com/kmaterialize/kmaterialize/exportdoc"
-	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// This file is the CLI's routed path: get, scan, tables, export, drop and rebuild
-// go through the daemon when it holds the database (its holder record names
-// its socket) or when --socket names one, and print what the direct path
-// prints from the same generation, with the same exit codes.
+// This file finds the daemon a command goes through and maps its answers
+// to exit codes. get, scan, tables, export, drop, diff, rollback, update
+// and rebuild go through the daemon when it holds the database (its holder
+// record names its socket) or when --socket names one; each routed variant
+// sits beside its command (tablesVia in tables.go, ...) and prints with the
+// direct path's formatter, from the same generation, with the same exit
+// codes.
 
 // socketEnv names the daemon's socket when --socket is not given.
 const socketEnv = "KMATERIALIZE_SOCKET"
@@ -31,10 +28,6 @@ const socketEnv = "KMATERIALIZE_SOCKET"
 // probeTimeout bounds the health check of a daemon found through the
 // holder record.
 const probeTimeout = 5 * time.Second
-
-// scanAttempts is how many times a routed scan starts over when a publish
-// replaces its generation between two pages.
-const scanAttempts = 3
 
 // socketFlag is --socket on the commands that can go through the daemon.
 func socketFlag() cli.Flag {
@@ -50,52 +43,15 @@ through it: the database's holder record (FILE.holder) names its socket.
 --socket PATH (or KMATERIALIZE_SOCKET) names the daemon to ask. The output
 and exit code are those of the same command reading the file.`
 
-// rebuildDaemonHelp follows daemonHelp in rebuild's help.
-const rebuildDaemonHelp = `
-
-A routed rebuild sends only the table's name (--table, or the topic's) and
-waits for the run: the daemon builds the table as its config says, so
---config, --db, --table, --socket, --lock-timeout, --progress and
---progress-interval are all it takes; any other flag is exit 2. A rebuild of the table already
-running in the daemon is exit 7.`
-
-// rebuildViaDaemonFlags are the rebuild flags a routed rebuild accepts:
-// they say which table and which daemon, or how to show it, never how it is
-// built (the daemon's config decides that).
-var rebuildViaDaemonFlags = map[string]bool{
-	"config": true, "db": true, "table": true, "socket": true, "lock-timeout": true, "progress-interval": true,
-	"progress": true,
-}
-
-// withDaemon adds the daemon's help to a command that takes --socket and
-// routes rebuild. A routed rebuild needs neither --topic nor --brokers, so
-// it is decided before the required-flag check (and after --config, which
-// may name the database).
+// withDaemon adds the daemon's help to a command that takes --socket, and
+// routes rebuild (routeRebuild).
 func withDaemon(cmd *cli.Command) {
 	if cmd.Action == nil || !hasFlag(cmd, "socket") {
 		return
 	}
 	cmd.Description += "\n" + daemonHelp
-	if cmd.Name != "rebuild" {
-		return
-	}
-	cmd.Description += rebuildDaemonHelp
-	action := cmd.Action
-	cmd.Action = func(c *cli.Context) error {
-		// The table's name, as the direct path takes it: --table, or the
-		// topic's name (and then --topic is refused below, with a message
-		// that says why, rather than a busy database).
-		table := c.String("table")
-		if table == "" {
-			table = c.String("topic")
-		}
-		if table == "" || c.NArg() > 0 {
-			return action(c)
-		}
-		if routed, err := viaDaemon(c, func(d *daemon) error { return rebuildVia(c, d, table) }); routed {
-			return err
-		}
-		return action(c)
+	if cmd.Name == "rebuild" {
+		routeRebuild(cmd)
 	}
 }
 
@@ -254,198 +210,35 @@ func (d *daemon) fail(err error, table string) error {
 	return e
 }
 
-// scanVia is scan through the daemon: pages pinned to one generation,
-// formatted by the direct path's formatter from the raw bytes (asked in
-// base64), held until the last row so that a failure prints nothing. A
-// publish between two pages starts the scan over.
-func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int) error {
-	for attempt := 1; ; attempt++ {
-		f, err := scanFormatter(c)
-		if err != nil {
-			return err
-		}
-		var sp spool
-		bw := bufio.NewWriterSize(&sp, 64<<10)
-		f.begin(bw)
-		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
-			KeysOnly: f.keysOnly, Limit: limit, Base64: true},
-			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
-		if err == nil {
-			f.end(bw)
-			err = bw.Flush()
-		}
-		if err == nil {
-			_, err = sp.WriteTo(stdoutOf(c))
-			sp.Close()
-			return err
-		}
-		sp.Close()
-		switch {
-		case client.IsCode(err, client.CodeGenerationGone) && attempt < scanAttempts:
-			continue
-		case isUsage(err):
-			return fmt.Errorf("scan table %q: %w", table, err)
-		}
-		return d.fail(err, table)
-	}
+// runFailed is the error of a routed run (what: "" for a rebuild, "
+// (update)") that ended with exitCode and msg: the command's exit code is
+// the run's.
+func (d *daemon) runFailed(what string, run uint64, table string, exitCode int, msg string) error {
+	return &daemonError{code: exitCode, err: errors.New(msg),
+		msg:  d.answered(fmt.Sprintf("run %d%s of table %q failed, nothing published: %s", run, what, table, msg)),
+		hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
 }
 
-// exportVia is export through the daemon: to --out atomically, or to
-// stdout once the whole document arrived.
-func exportVia(c *cli.Context, d *daemon, table, out string, b64 bool) error {
-	write := func(w io.Writer) error {
-		_, err := d.cl.Export(c.Context, table, client.ExportOptions{Base64: b64}, w)
-		return d.fail(err, table)
-	}
-	if out != "" {
-		return exportdoc.WriteFileWith(out, write)
-	}
-	var sp spool
-	defer sp.Close()
-	if err := write(&sp); err != nil {
-		return err
-	}
-	_, err := sp.WriteTo(stdoutOf(c))
-	return err
-}
-
-// tablesVia is tables through the daemon: the published tables (a
-// configured table never published is not in the file), from their stored
-// metadata as the API shows it.
-func tablesVia(c *cli.Context, d *daemon, format string) error {
-	ts, err := d.cl.Tables(c.Context)
-	if err != nil {
-		return d.fail(err, "")
-	}
-	infos := make([]tableInfo, 0, len(ts))
-	for _, t := range ts {
-		if t.Generation == 0 {
-			continue
-		}
-		info := tableInfo{TableMeta: metaOf(t), EndMark: t.EndMark, UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: t.CheckpointCapturedAt}
-		ps := make([]int32, len(t.Partitions))
-		for i, p := range t.Partitions {
-			ps[i] = p.Partition
-			info.Partitions = append(info.Partitions, checkpoint.Partition(p))
-		}
-		info.PartitionSet = replay.PartitionSet(ps)
-		info.Until, info.Changes = storeBound(t.Until), storeChanges(t.Changes)
-		for _, k := range t.Kept {
-			info.Kept = append(info.Kept, keptInfo(t.Name, k))
-		}
-		infos = append(infos, info)
-	}
-	return renderTables(c, format, c.String("db"), infos)
-}
-
-// metaOf is the stored metadata of a published table as the API shows it.
-func metaOf(t client.Table) store.TableMeta {
-	return store.TableMeta{Name: t.Name, Topic: t.Topic, Fold: t.Fold, Params: t.Params,
-		Generation: t.Generation, Keys: t.Keys, BuiltAt: t.BuiltAt, Duration: t.Duration,
-		Records: t.Records, Skipped: t.Skipped, SkippedByReason: t.SkippedByReason, Empty: t.Empty, Extra: t.Extra,
-		Until: storeBound(t.Until), Changes: storeChanges(t.Changes)}
-}
-
-// keptInfo is a kept generation of table as the API shows it, as `tables`
-// shows it.
-func keptInfo(table string, k client.KeptGeneration) tableInfo {
-	m := store.TableMeta{Name: table, Topic: k.Topic, Fold: k.Fold, Params: k.Params,
-		Generation: k.Generation, Keys: k.Keys, BuiltAt: k.BuiltAt, Duration: k.Duration,
-		Records: k.Records, Skipped: k.Skipped, SkippedByReason: k.SkippedByReason, Empty: k.Empty, Extra: k.Extra,
-		Until: storeBound(k.Until), Changes: storeChanges(k.Changes)}
-	cp := checkpoint.Checkpoint{EndMark: k.EndMark, Updates: k.UpdatesSinceRebuild, CapturedAt: k.CheckpointCapturedAt}
-	for _, p := range k.Partitions {
-		cp.Partitions = append(cp.Partitions, checkpoint.Partition(p))
-	}
-	return newTableInfo(m, cp)
-}
-
-func storeBound(b *client.Bound) *store.Bound {
-	if b == nil {
-		return nil
-	}
-	return &store.Bound{Timestamp: b.Timestamp, Offsets: b.Offsets}
-}
-
-func storeChanges(c *client.Changes) *store.Changes {
-	if c == nil {
-		return nil
-	}
-	return &store.Changes{From: c.From, FromKeys: c.FromKeys, Added: c.Added, Removed: c.Removed, Changed: c.Changed}
-}
-
-// rebuildVia asks the daemon to rebuild table as its config defines it and
-// waits for the run: its exit code is the command's.
-func rebuildVia(c *cli.Context, d *daemon, table string) error {
-	if err := onlyTableFlags(c, table); err != nil {
-		return err
-	}
-	log, err := newLogger(c)
-	if err != nil {
-		return err
-	}
-	log.Info().Str(keyTable, table).Str("socket", d.cl.Addr()).Msg("the daemon holds the database: it runs the rebuild, as its config defines the table")
-	res, err := d.cl.Rebuild(c.Context, table, true)
-	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("stopped waiting for the daemon's rebuild of table %q, which goes on: %w", table, err)
-	}
-	if err != nil {
-		return d.fail(err, table)
-	}
-	if res.ExitCode != exitOK {
-		return &daemonError{code: res.ExitCode, err: errors.New(res.Error),
-			msg:  d.answered(fmt.Sprintf("run %d of table %q failed, nothing published: %s", res.Run, table, res.Error)),
-			hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
-	}
-	t, err := d.cl.Table(c.Context, table)
-	if err != nil || t.Generation != res.Generation {
-		// Another run published since: say what this one did.
-		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, res.Generation)
-		return err
-	}
-	return printPublished(stdoutOf(c), metaOf(t))
-}
-
-// onlyTableFlags refuses, for a routed rebuild, every flag that would
-// change what is built: the daemon builds the table as its config says.
-// A --topic or --brokers that --config supplied (the same value as the
-// file's) is not the user's.
-func onlyTableFlags(c *cli.Context, table string) error {
-	cfg, _ := c.App.Metadata[metaConfig].(*config.Config)
-	spec, fromFile := configTable(c)
+// refusedFlags names the flags set on c that a routed command does not
+// send (not in accepted), but for those --config supplied (fromConfig: the
+// same value as the file's, not the user's). withEnv adds each one's
+// environment variables, "--brokers (or KMATERIALIZE_BROKERS)", as a routed
+// rebuild says them.
+func refusedFlags(c *cli.Context, accepted map[string]bool, fromConfig func(name string) bool, withEnv bool) []string {
 	var refused []string
 	for _, f := range c.Command.Flags {
 		name := f.Names()[0]
-		if rebuildViaDaemonFlags[name] || !c.IsSet(name) {
-			continue
-		}
-		if name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers ||
-			name == "topic" && fromFile && c.String(name) == spec.Topic {
+		if accepted[name] || !c.IsSet(name) || fromConfig(name) {
 			continue
 		}
 		flag := "--" + name
 		if len(name) == 1 {
 			flag = "-" + name
 		}
-		if ev, ok := f.(interface{ GetEnvVars() []string }); ok && len(ev.GetEnvVars()) > 0 {
+		if ev, ok := f.(interface{ GetEnvVars() []string }); withEnv && ok && len(ev.GetEnvVars()) > 0 {
 			flag += " (or " + strings.Join(ev.GetEnvVars(), ", ") + ")"
 		}
 		refused = append(refused, flag)
 	}
-	if len(refused) == 0 {
-		return nil
-	}
-	return &usageError{
-		msg: fmt.Sprintf("a daemon holds the database, so it runs the rebuild of table %q as its config defines the table; the request sends only the table name, and %s would change what is built",
-			table, strings.Join(refused, ", ")),
-		hint: fmt.Sprintf("kmaterialize rebuild %s --table %s (the daemon's config decides); to build with other options, change the daemon's config and reload it, or stop the daemon", where(c), table),
-	}
-}
-
-// where is how the command named the daemon: --socket, or --db.
-func where(c *cli.Context) string {
-	if s := c.String("socket"); s != "" {
-		return "--socket " + s
-	}
-	return "--db " + c.String("db")
+	return refused
 }

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
-	"github.com/urfave/cli/v2"
 )
 
 func scanCommand() *cli.Command {
@@ -302,5 +303,45 @@ func (f *rowFormatter) end(w io.Writer) {
 		} else {
 			io.WriteString(w, "}\n")
 		}
+	}
+}
+
+// scanAttempts is how many times a routed scan starts over when a publish
+// replaces its generation between two pages.
+const scanAttempts = 3
+
+// scanVia is scan through the daemon: pages pinned to one generation,
+// formatted by the direct path's formatter from the raw bytes (asked in
+// base64), held until the last row so that a failure prints nothing. A
+// publish between two pages starts the scan over.
+func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int) error {
+	for attempt := 1; ; attempt++ {
+		f, err := scanFormatter(c)
+		if err != nil {
+			return err
+		}
+		var sp spool
+		bw := bufio.NewWriterSize(&sp, 64<<10)
+		f.begin(bw)
+		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
+			KeysOnly: f.keysOnly, Limit: limit, Base64: true},
+			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
+		if err == nil {
+			f.end(bw)
+			err = bw.Flush()
+		}
+		if err == nil {
+			_, err = sp.WriteTo(stdoutOf(c))
+			sp.Close()
+			return err
+		}
+		sp.Close()
+		switch {
+		case client.IsCode(err, client.CodeGenerationGone) && attempt < scanAttempts:
+			continue
+		case isUsage(err):
+			return fmt.Errorf("scan table %q: %w", table, err)
+		}
+		return d.fail(err, table)
 	}
 }

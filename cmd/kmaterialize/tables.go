@@ -9,11 +9,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/urfave/cli/v2"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/urfave/cli/v2"
-
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -56,37 +57,58 @@ Examples:
 				return err
 			}
 			defer db.Close()
-			infos, err := loadTables(db)
+			ts, err := loadTables(db)
 			if err != nil {
 				return err
 			}
-			return renderTables(c, format, db.Path(), infos)
+			return renderTables(c, format, db.Path(), ts)
 		},
 	}
 }
 
-// renderTables prints infos in format, for the database at path.
-func renderTables(c *cli.Context, format, path string, infos []tableInfo) error {
+// renderTables prints ts, the published tables of the database at path,
+// in format: read from the file or through the daemon, the same output.
+func renderTables(c *cli.Context, format, path string, ts []api.Table) error {
 	if format == formatJSONL {
 		enc := json.NewEncoder(stdoutOf(c))
-		for _, t := range infos {
-			if err := enc.Encode(t); err != nil {
+		for _, t := range ts {
+			if err := enc.Encode(tableDocOf(t)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	if format == "json" {
+		docs := make([]tableDoc, len(ts))
+		for i, t := range ts {
+			docs[i] = tableDocOf(t)
+		}
 		enc := json.NewEncoder(stdoutOf(c))
 		enc.SetIndent("", "  ")
-		return enc.Encode(infos)
+		return enc.Encode(docs)
 	}
-	return printTables(stdoutOf(c), path, infos)
+	return printTables(stdoutOf(c), path, ts)
 }
 
-type tableInfo struct {
-	store.TableMeta
-	EndMark string `json:"end_mark"`
+// tableDoc is a table as `tables --format json` prints it: the stored
+// metadata's fields in their order, then the checkpoint's.
+type tableDoc struct {
+	Name            string            `json:"name"`
+	Topic           string            `json:"topic"`
+	Fold            string            `json:"fold"`
+	Params          map[string]string `json:"params,omitempty"`
+	Generation      uint64            `json:"generation"`
+	Keys            int64             `json:"keys"`
+	BuiltAt         time.Time         `json:"built_at"`
+	Duration        time.Duration     `json:"duration_ns"`
+	Records         int64             `json:"records"`
+	Skipped         int64             `json:"skipped"`
+	SkippedByReason map[string]int64  `json:"skipped_by_reason,omitempty"`
+	Empty           bool              `json:"empty,omitempty"`
+	Extra           map[string]int64  `json:"extra,omitempty"`
+	Until           *api.Bound        `json:"until,omitempty"`
+	Changes         *api.Changes      `json:"changes,omitempty"`
+	EndMark         string            `json:"end_mark"`
 	// PartitionSet is the partitions the table covers ("0-2"): those
 	// captured when its rebuild started, whatever was added since.
 	PartitionSet string                 `json:"partition_set"`
@@ -95,63 +117,92 @@ type tableInfo struct {
 	// provenance (zero time: unknown, an imported table).
 	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
 	CheckpointCapturedAt time.Time `json:"checkpoint_captured_at"`
-	// Spec hides the stored definition of the embedded TableMeta (a
-	// shallower field of the same name wins): tables shows how a table was
-	// built, not the JSON it keeps for update.
-	Spec json.RawMessage `json:"spec,omitempty"`
 	// Kept are the table's kept generations (--keep), newest first, each
 	// with the metadata and checkpoint it was published with.
-	Kept []tableInfo `json:"kept,omitempty"`
+	Kept []tableDoc `json:"kept,omitempty"`
 }
 
-// newTableInfo is m with its checkpoint.
-func newTableInfo(m store.TableMeta, cp checkpoint.Checkpoint) tableInfo {
-	ps := make([]int32, len(cp.Partitions))
-	for i, p := range cp.Partitions {
-		ps[i] = p.Partition
+// tableDocOf is t as `tables --format json` prints it.
+func tableDocOf(t api.Table) tableDoc {
+	d := tableDoc{Name: t.Name, Topic: t.Topic, Fold: t.Fold, Params: t.Params, Generation: t.Generation, Keys: t.Keys,
+		BuiltAt: t.BuiltAt, Duration: t.Duration, Records: t.Records, Skipped: t.Skipped, SkippedByReason: t.SkippedByReason,
+		Empty: t.Empty, Extra: t.Extra, Until: t.Until, Changes: t.Changes, EndMark: t.EndMark,
+		PartitionSet: partitionSet(t.Partitions), Partitions: checkpointPartitions(t.Partitions),
+		UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: t.CheckpointCapturedAt}
+	for _, k := range t.Kept {
+		d.Kept = append(d.Kept, tableDoc{Name: t.Name, Topic: k.Topic, Fold: k.Fold, Params: k.Params,
+			Generation: k.Generation, Keys: k.Keys, BuiltAt: k.BuiltAt, Duration: k.Duration, Records: k.Records,
+			Skipped: k.Skipped, SkippedByReason: k.SkippedByReason, Empty: k.Empty, Extra: k.Extra, Until: k.Until,
+			Changes: k.Changes, EndMark: k.EndMark, PartitionSet: partitionSet(k.Partitions),
+			Partitions: checkpointPartitions(k.Partitions), UpdatesSinceRebuild: k.UpdatesSinceRebuild,
+			CheckpointCapturedAt: k.CheckpointCapturedAt})
 	}
-	return tableInfo{TableMeta: m, EndMark: cp.EndMark, PartitionSet: replay.PartitionSet(ps), Partitions: cp.Partitions,
-		UpdatesSinceRebuild: cp.Updates, CheckpointCapturedAt: cp.CapturedAt}
+	return d
 }
 
-func loadTables(db *store.DB) ([]tableInfo, error) {
+// partitionSet is the partitions ps covers, as "0-2".
+func partitionSet(ps []api.Partition) string {
+	ns := make([]int32, len(ps))
+	for i, p := range ps {
+		ns[i] = p.Partition
+	}
+	return replay.PartitionSet(ns)
+}
+
+// checkpointPartitions are ps without live marks (null when none, as the
+// file's checkpoint-less table has).
+func checkpointPartitions(ps []api.Partition) []checkpoint.Partition {
+	var out []checkpoint.Partition
+	for _, p := range ps {
+		out = append(out, checkpoint.Partition{Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.High, End: p.End})
+	}
+	return out
+}
+
+// loadTables reads every published table of db, in one transaction.
+func loadTables(db *store.DB) ([]api.Table, error) {
 	metas, err := db.Tables()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]tableInfo, 0, len(metas))
+	out := make([]api.Table, 0, len(metas))
 	err = db.View(func(tx *bolt.Tx) error {
 		for _, m := range metas {
-			cp, _, err := checkpoint.Load(tx, m.Name)
+			t, err := tableview.FromTx(tx, m)
 			if err != nil {
-				return fmt.Errorf("checkpoint of table %q: %w", m.Name, err)
+				return err
 			}
-			info := newTableInfo(m, cp)
-			kept, err := store.KeptGenerations(tx, m.Name)
-			if err != nil {
-				return fmt.Errorf("table %q: %w", m.Name, err)
-			}
-			for _, k := range kept {
-				kcp, _, err := store.KeptCheckpoint(tx, m.Name, k.Generation)
-				if err != nil {
-					return fmt.Errorf("checkpoint of kept generation %d of table %q: %w", k.Generation, m.Name, err)
-				}
-				info.Kept = append(info.Kept, newTableInfo(k.Meta, kcp))
-			}
-			out = append(out, info)
+			out = append(out, t)
 		}
 		return nil
 	})
 	return out, err
 }
 
-func printTables(w io.Writer, path string, infos []tableInfo) error {
-	if len(infos) == 0 {
+// tablesVia is tables through the daemon: the published tables (a
+// configured table never published is not in the file), from their stored
+// metadata as the API shows it.
+func tablesVia(c *cli.Context, d *daemon, format string) error {
+	ts, err := d.cl.Tables(c.Context)
+	if err != nil {
+		return d.fail(err, "")
+	}
+	published := make([]api.Table, 0, len(ts))
+	for _, t := range ts {
+		if t.Generation != 0 {
+			published = append(published, t)
+		}
+	}
+	return renderTables(c, format, c.String("db"), published)
+}
+
+func printTables(w io.Writer, path string, ts []api.Table) error {
+	if len(ts) == 0 {
 		_, err := fmt.Fprintf(w, "no tables in %s\n", path)
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for i, t := range infos {
+	for i, t := range ts {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
@@ -174,7 +225,7 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 		if c := changesText(t.Changes); c != "" {
 			fmt.Fprintf(tw, "  changes:\t%s\n", c)
 		}
-		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", t.PartitionSet, len(t.Partitions))
+		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", partitionSet(t.Partitions), len(t.Partitions))
 		fmt.Fprintf(tw, "  end mark:\t%s%s\n", t.EndMark, untilText(t.Until))
 		captured := "unknown (imported)"
 		if !t.CheckpointCapturedAt.IsZero() {
@@ -196,7 +247,7 @@ func printTables(w io.Writer, path string, infos []tableInfo) error {
 
 // changesText says what a publish changed, e.g. "12 added, 3 removed, 40
 // changed (of 1000 keys in generation 6)"; "" when not recorded.
-func changesText(c *store.Changes) string {
+func changesText(c *api.Changes) string {
 	if c == nil {
 		return ""
 	}
@@ -207,7 +258,7 @@ func changesText(c *store.Changes) string {
 }
 
 // untilText says the end bound of an as-of rebuild, "" without one.
-func untilText(b *store.Bound) string {
+func untilText(b *api.Bound) string {
 	switch {
 	case b == nil:
 		return ""
@@ -228,7 +279,7 @@ func untilText(b *store.Bound) string {
 }
 
 // endsText lists each partition's end as "P:END".
-func endsText(ps []checkpoint.Partition) string {
+func endsText(ps []api.Partition) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
 		parts[i] = fmt.Sprintf("%d:%d", p.Partition, p.End)

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -171,7 +172,7 @@ func (o *updateOptions) run(c *cli.Context) error {
 // printUpdated prints the line of an update that published rep.
 func printUpdated(w io.Writer, rep materialize.Report) error {
 	if rep.Mode == materialize.ModeRebuilt {
-		return printPublished(w, rep.Meta)
+		return printPublished(w, tableview.FromMeta(rep.Meta))
 	}
 	return printUpdateLine(w, rep.Meta.Name, rep.Mode, rep.Meta.Generation, rep.Meta.Keys, rep.Replay.Records, rep.Checkpoint.Updates)
 }
@@ -192,18 +193,9 @@ var updateViaDaemonFlags = map[string]bool{
 // with the daemon's brokers, and waits for the run.
 func updateVia(c *cli.Context, d *daemon, table string) error {
 	cfg, _ := c.App.Metadata[metaConfig].(*config.Config)
-	var refused []string
-	for _, f := range c.Command.Flags {
-		name := f.Names()[0]
-		if updateViaDaemonFlags[name] || !c.IsSet(name) || name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers {
-			continue
-		}
-		flag := "--" + name
-		if len(name) == 1 {
-			flag = "-" + name
-		}
-		refused = append(refused, flag)
-	}
+	refused := refusedFlags(c, updateViaDaemonFlags, func(name string) bool {
+		return name == "brokers" && cfg != nil && c.String(name) == cfg.Kafka.Brokers
+	}, false)
 	if len(refused) > 0 {
 		return &usageError{
 			msg: fmt.Sprintf("a daemon holds the database, so it runs the update of table %q with its own brokers and the table's stored definition; %s would change how it runs",
@@ -224,17 +216,10 @@ func updateVia(c *cli.Context, d *daemon, table string) error {
 		return d.fail(err, table)
 	}
 	if res.ExitCode != exitOK {
-		return &daemonError{code: res.ExitCode, err: errors.New(res.Error),
-			msg:  d.answered(fmt.Sprintf("run %d (update) of table %q failed, nothing published: %s", res.Run, table, res.Error)),
-			hint: fmt.Sprintf("GET /v1/tables/%s shows the last error; the daemon's log has the run's details", table)}
+		return d.runFailed(" (update)", res.Run, table, res.ExitCode, res.Error)
 	}
 	if res.Mode != materialize.ModeRebuilt {
 		return printUpdateLine(stdoutOf(c), table, res.Mode, res.Generation, res.Keys, res.Records, res.Updates)
 	}
-	t, err := d.cl.Table(c.Context, table)
-	if err != nil || t.Generation != res.Generation {
-		_, err = fmt.Fprintf(stdoutOf(c), "published table %s: generation %d\n", table, res.Generation)
-		return err
-	}
-	return printPublished(stdoutOf(c), metaOf(t))
+	return printPublishedVia(c, d, table, res.Generation)
 }

@@ -1,0 +1,66 @@
+package api
+
+// Error codes, the "code" of an error body.
+const (
+	CodeBadRequest         = "bad_request"
+	CodeBadTableName       = "bad_table_name"
+	CodeBadKey             = "bad_key"
+	CodeBadLimit           = "bad_limit"
+	CodeBadGeneration      = "bad_generation"
+	CodeBadEncoding        = "bad_encoding"
+	CodeTableNotFound      = "table_not_found"
+	CodeTableNotReady      = "table_not_ready"
+	CodeTableNotConfigured = "table_not_configured"
+	CodeTableConfigured    = "table_configured"
+	CodeKeyNotFound        = "key_not_found"
+	CodeGenerationGone     = "generation_gone"
+	CodeNotUTF8            = "not_utf8"
+	CodeRunInProgress      = "run_in_progress"
+	CodeForbidden          = "forbidden"
+	CodeUnauthorized       = "unauthorized" // 401: a listener with allow_remote, without a token it knows
+	CodeShuttingDown       = "shutting_down"
+	CodeNotReady           = "not_ready"
+	CodeRouteNotFound      = "route_not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeInternal           = "internal"
+	CodeGenerationNotFound = "generation_not_found"
+	// CodeTableFollowed: POST .../update of a followed table, which its
+	// follower keeps current (409).
+	CodeTableFollowed = "table_followed"
+	// CodeDefinitionChanged: POST .../update of a table the config defines
+	// otherwise than it was built (409); the daemon is rebuilding it.
+	CodeDefinitionChanged = "definition_changed"
+	// CodeTableBuildFailed: a read of a table whose first build failed
+	// (503, with ErrorBody's Reason, ExitCode, NextRetry and Attempts).
+	CodeTableBuildFailed = "table_build_failed"
+	CodeRunPublishing    = "run_publishing" // 409: a cancel of a run past its replay
+	CodeNoRun            = "no_run"         // 404: a cancel with nothing queued or going
+	CodeSpoolFull        = "spool_full"     // a spooled answer would pass spool_max_bytes
+	CodeBusy             = "busy"           // max_heavy_requests are running
+)
+
+// ErrorBody is the body of every error answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	// Run is the run going, on a 409 run_in_progress.
+	Run uint64 `json:"run,omitempty"`
+	// Tables are the tables not ready, on /readyz's 503.
+	Tables []ReadyTable `json:"tables,omitempty"`
+
+	// A 503 table_build_failed: why the first build failed, its exit code,
+	// and when it is tried again ("": not retried by itself: a request or
+	// a reload retries it; else RFC 3339 in UTC), after how many failed
+	// attempts.
+	Reason    string `json:"reason,omitempty"`
+	ExitCode  int    `json:"exit_code,omitempty"`
+	NextRetry string `json:"next_retry,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
+}
+
+// ReadyTable is one table in /readyz's answer.
+type ReadyTable struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
