@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -164,6 +165,9 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	fail := func(format string, args ...any) {
 		tr.t.Errorf("apitest: %s %s: %d: %s", req.Method, req.URL.RequestURI(), resp.StatusCode, fmt.Sprintf(format, args...))
 	}
+	if serverRefused(resp) {
+		return resp, nil
+	}
 	if route == nil {
 		tr.unrouted(resp, fail)
 		return resp, nil
@@ -188,10 +192,22 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// serverRefused reports whether resp is net/http's own answer to a request
+// its server refused before any handler ran (431 for headers past
+// MaxHeaderBytes, 400 for a malformed request or plain HTTP to a TLS
+// listener): not JSON, and the connection closed. Those are the HTTP
+// server's, on any path, not the API's.
+func serverRefused(resp *http.Response) bool {
+	return (resp.StatusCode == http.StatusRequestHeaderFieldsTooLarge || resp.StatusCode == http.StatusBadRequest) &&
+		resp.Close && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
+}
+
 // unrouted checks the answer to a request the document has no route for:
-// the mux's JSON 404 or 405, or a redirect.
+// the mux's JSON 404 or 405, a redirect, or, on the TCP listener, whose
+// token check runs before routing, a 401 or 403.
 func (tr *transport) unrouted(resp *http.Response, fail func(string, ...any)) {
-	want := map[int]string{http.StatusNotFound: "route_not_found", http.StatusMethodNotAllowed: "method_not_allowed"}
+	want := map[int]string{http.StatusNotFound: "route_not_found", http.StatusMethodNotAllowed: "method_not_allowed",
+		http.StatusUnauthorized: "unauthorized", http.StatusForbidden: "forbidden"}
 	switch code, ok := want[resp.StatusCode]; {
 	case resp.StatusCode == http.StatusMovedPermanently || resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect:
 	case !ok:
@@ -265,4 +281,12 @@ func ndjsonDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ opena
 		lines = append(lines, v)
 	}
 	return lines, sc.Err()
+}
+
+// CloseIdleConnections closes base's idle connections, so that
+// http.Client.CloseIdleConnections reaches them through the wrapper.
+func (tr *transport) CloseIdleConnections() {
+	if c, ok := tr.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
