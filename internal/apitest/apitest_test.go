@@ -143,3 +143,26 @@ func TestNDJSONDecoderRegistered(t *testing.T) {
 		t.Fatal("no decoder for application/x-ndjson")
 	}
 }
+
+// TestTableNamePattern: the document's table name pattern refuses what the
+// daemon's checkTableName refuses (control characters, U+FFFD) and passes
+// printable names, so a request the daemon accepts is never one the
+// document rejects.
+func TestTableNamePattern(t *testing.T) {
+	js := http.Header{"Content-Type": {"application/json"}}
+	bad := recorder{400, js, "{\"error\":\"x\",\"code\":\"bad_table_name\"}\n"}
+	accepted := recorder{404, js, "{\"error\":\"x\",\"code\":\"table_not_found\"}\n"}
+	for _, name := range []string{"a%01b", "a%7Fb", "%EF%BF%BD"} {
+		if errs := roundTrip(t, "GET", "/v1/tables/"+name, bad); len(errs) > 0 {
+			t.Errorf("%s refused: %v", name, errs)
+		}
+		if errs := roundTrip(t, "GET", "/v1/tables/"+name, recorder{200, js, "{}\n"}); len(errs) == 0 {
+			t.Errorf("%s: the document accepts a name the daemon refuses", name)
+		}
+	}
+	for _, name := range []string{"balances", "a%20b", "%C3%A9t%C3%A9"} {
+		if errs := roundTrip(t, "GET", "/v1/tables/"+name, accepted); len(errs) > 0 {
+			t.Errorf("%s: %v", name, errs)
+		}
+	}
+}
