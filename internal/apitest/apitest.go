@@ -181,7 +181,7 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		fail("%v", err)
 		return resp, nil
 	}
-	resp.Body = &checkedBody{body: resp.Body, check: func(body []byte) {
+	resp.Body = &checkedBody{body: resp.Body, length: resp.ContentLength, check: func(body []byte) {
 		full := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
 			Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}}
 		full.SetBodyBytes(body)
@@ -213,7 +213,7 @@ func (tr *transport) unrouted(resp *http.Response, fail func(string, ...any)) {
 	case !ok:
 		fail("the document has no route for the request, the daemon answered it")
 	default:
-		resp.Body = &checkedBody{body: resp.Body, check: func(body []byte) {
+		resp.Body = &checkedBody{body: resp.Body, length: resp.ContentLength, check: func(body []byte) {
 			var e struct {
 				Error string `json:"error"`
 				Code  string `json:"code"`
@@ -226,9 +226,11 @@ func (tr *transport) unrouted(resp *http.Response, fail func(string, ...any)) {
 }
 
 // checkedBody passes the answer's body through, keeping a copy of up to
-// maxBody bytes, and calls check with it once the reader reaches its end.
+// maxBody bytes, and calls check with it once, when the reader reaches its
+// end.
 type checkedBody struct {
 	body    io.ReadCloser
+	length  int64 // the Content-Length, -1 when unknown
 	buf     bytes.Buffer
 	tooLong bool
 	checked bool
@@ -251,7 +253,15 @@ func (c *checkedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *checkedBody) Close() error { return c.body.Close() }
+// Close checks a body read to its Content-Length but not to EOF (a JSON
+// decoder stops at the value's end) before closing it.
+func (c *checkedBody) Close() error {
+	if !c.checked && !c.tooLong && c.length >= 0 && int64(c.buf.Len()) == c.length {
+		c.checked = true
+		c.check(c.buf.Bytes())
+	}
+	return c.body.Close()
+}
 
 // ndjsonDecoder decodes a body of JSON lines into the array of its lines'
 // values (the package doc's convention).

@@ -1,9 +1,11 @@
 package apitest
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -164,5 +166,30 @@ func TestTableNamePattern(t *testing.T) {
 		if errs := roundTrip(t, "GET", "/v1/tables/"+name, accepted); len(errs) > 0 {
 			t.Errorf("%s: %v", name, errs)
 		}
+	}
+}
+
+// TestBodyCheckedOnClose: a body read to its Content-Length by a JSON
+// decoder, which stops before EOF, is checked when it is closed.
+func TestBodyCheckedOnClose(t *testing.T) {
+	body := "{\"status\":1}\n"
+	answer := recorder{200, http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(body))}}, body}
+	fr := &failRecorder{TB: t}
+	req := httptest.NewRequest("GET", "http://kmaterialize/healthz", nil)
+	req.RequestURI = ""
+	resp, err := Transport(fr, answer).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Status any }
+	if err := json.NewDecoder(io.LimitReader(resp.Body, int64(len(body)))).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.errs) != 0 {
+		t.Fatalf("checked before Close: %v", fr.errs)
+	}
+	resp.Body.Close()
+	if len(fr.errs) != 1 {
+		t.Fatalf("Close checked %d times, want one failure: %v", len(fr.errs), fr.errs)
 	}
 }

@@ -27,7 +27,7 @@
 //     document says (a key too long), never accept what it forbids;
 //   - every answer's status must be one the operation lists, and its
 //     headers and body must match that response. A body is validated when
-//     the client has read it to its end and it is at most maxBody bytes;
-//     a body the client stops reading early is checked up to its status
-//     and headers only.
+//     the client has read it to its end (EOF, or its Content-Length by
+//     Close) and it is at most maxBody bytes; a body the client stops
+//     reading early is checked up to its status and headers only.
 package apitest
