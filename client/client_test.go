@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kmaterialize/kmaterialize/client"
+	"github.com/kmaterialize/kmaterialize/internal/apitest"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -28,6 +30,13 @@ import (
 )
 
 var broker *localkafka.Broker
+
+// validated makes cl fail t on an answer that does not match the OpenAPI
+// document (apitest.Transport).
+func validated(t testing.TB, cl *client.Client) *client.Client {
+	client.WrapTransport(cl, func(rt http.RoundTripper) http.RoundTripper { return apitest.Transport(t, rt) })
+	return cl
+}
 
 func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
 
@@ -117,7 +126,7 @@ func newFixtureWith(t *testing.T, gated bool, listen, token string, tweak func(*
 	case err := <-errc:
 		t.Fatalf("Run: %v", err)
 	}
-	f.cl = client.Dial(filepath.Join(sockDir, "api.sock"))
+	f.cl = validated(t, client.Dial(filepath.Join(sockDir, "api.sock")))
 	t.Cleanup(func() {
 		f.cl.Close()
 		cancel()
@@ -297,7 +306,7 @@ func TestClient(t *testing.T) {
 	}
 
 	// Nobody on a socket: ErrUnreachable.
-	dead := client.Dial(filepath.Join(t.TempDir(), "none.sock"))
+	dead := validated(t, client.Dial(filepath.Join(t.TempDir(), "none.sock")))
 	defer dead.Close()
 	if err := dead.Healthz(ctx(t)); !errors.Is(err, client.ErrUnreachable) {
 		t.Fatalf("Healthz of no daemon: %v, want ErrUnreachable", err)
@@ -430,6 +439,7 @@ func TestClientTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	validated(t, anon)
 	defer anon.Close()
 	v, _, err := anon.Get(ctx(t), "t", []byte("b"))
 	if err != nil || string(v) != "2" {
@@ -443,6 +453,7 @@ func TestClientTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	validated(t, admin)
 	defer admin.Close()
 	f.produce(t, want, "a", "")
 	res, err := admin.Rebuild(ctx(t), "t", true)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kmaterialize/kmaterialize/internal/apitest"
 )
 
 // bearer adds a fixed Authorization header to every request.
@@ -24,8 +26,8 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // authClient is a TCP client whose every request carries auth as its
 // Authorization header.
-func authClient(addr, auth string) *client {
-	return &client{hc: &http.Client{Transport: bearer{auth: auth, rt: &http.Transport{}}, Timeout: 60 * time.Second}, base: "http://" + addr}
+func authClient(t testing.TB, addr, auth string) *client {
+	return &client{hc: &http.Client{Transport: apitest.Transport(t, bearer{auth: auth, rt: &http.Transport{}}), Timeout: 60 * time.Second}, base: "http://" + addr}
 }
 
 // TestRemoteListenerTokens: with allow_remote, every route but /healthz and
@@ -46,7 +48,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 	d := start(t, cfg)
 	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").State == StateReady })
 	addr := d.s.TCPAddr().String()
-	anon := tcpClient(addr)
+	anon := tcpClient(t, addr)
 	defer anon.hc.CloseIdleConnections()
 
 	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/metrics", "/nope"}
@@ -75,14 +77,14 @@ func TestRemoteListenerTokens(t *testing.T) {
 		unauthorized(t, anon, w.method, w.path, false)
 	}
 	for _, auth := range []string{"Bearer wrong", "Bearer " + admin + "x", "Bearer " + read[:len(read)-1], "bearer nope"} {
-		c := authClient(addr, auth)
+		c := authClient(t, addr, auth)
 		unauthorized(t, c, "GET", "/v1/tables", true)
 		unauthorized(t, c, "POST", "/v1/tables/t/rebuild", true)
 		c.hc.CloseIdleConnections()
 	}
 	// Not a bearer token at all: as if none was given.
 	for _, auth := range []string{admin, "Basic " + admin, "Bearer"} {
-		c := authClient(addr, auth)
+		c := authClient(t, addr, auth)
 		unauthorized(t, c, "GET", "/v1/tables", false)
 		c.hc.CloseIdleConnections()
 	}
@@ -92,7 +94,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 		}
 	}
 
-	rc := authClient(addr, "Bearer "+read)
+	rc := authClient(t, addr, "Bearer "+read)
 	defer rc.hc.CloseIdleConnections()
 	rows, _, _ := rc.scan(t, "t", 7)
 	if diff := cmp.Diff(want, rows); diff != "" {
@@ -107,7 +109,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 		t.Fatalf("GET /nope with the read token: %d, want 404 (past the token check)", r.status)
 	}
 	// Case-insensitive scheme (RFC 7235).
-	if r := authClient(addr, "bearer "+read).get(t, "/v1/tables"); r.status != 200 {
+	if r := authClient(t, addr, "bearer "+read).get(t, "/v1/tables"); r.status != 200 {
 		t.Fatalf("scheme in lower case: %d %s", r.status, r.body)
 	}
 	forbidden := func(c *client, method, path string) {
@@ -122,7 +124,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 		forbidden(rc, w.method, w.path)
 	}
 
-	mc := authClient(addr, "Bearer "+metricsTok)
+	mc := authClient(t, addr, "Bearer "+metricsTok)
 	defer mc.hc.CloseIdleConnections()
 	if r := mc.get(t, "/metrics"); r.status != 200 || !strings.Contains(string(r.body), "kmaterialize_") {
 		t.Fatalf("GET /metrics with the metrics token: %d %.200s", r.status, r.body)
@@ -135,7 +137,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 	if tj := d.c.table(t, "t"); tj.Run != nil {
 		t.Fatalf("a refused request started run %+v", tj.Run)
 	}
-	ac := authClient(addr, "Bearer "+admin)
+	ac := authClient(t, addr, "Bearer "+admin)
 	defer ac.hc.CloseIdleConnections()
 	for _, p := range reads[:len(reads)-1] {
 		if r := ac.get(t, p); r.status != 200 {

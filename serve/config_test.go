@@ -111,7 +111,7 @@ func TestAdminTokenOnTCP(t *testing.T) {
 	cfg.Listen, cfg.AdminToken = "127.0.0.1:0", "s3cret-token"
 	d := start(t, cfg)
 	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").State == StateReady })
-	tc := tcpClient(d.s.TCPAddr().String())
+	tc := tcpClient(t, d.s.TCPAddr().String())
 	defer tc.hc.CloseIdleConnections()
 
 	rows, _, _ := tc.scan(t, "t", 100)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/internal/apitest"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -226,7 +227,7 @@ func start(t *testing.T, cfg Config) *daemon {
 func startServer(t *testing.T, s *Server) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{s: s, cancel: cancel, errc: make(chan error, 1), c: unixClient(s.cfg.Socket)}
+	d := &daemon{s: s, cancel: cancel, errc: make(chan error, 1), c: unixClient(t, s.cfg.Socket)}
 	ready := make(chan struct{})
 	go func() { d.errc <- s.Run(ctx, func() { close(ready) }) }()
 	select {
@@ -267,15 +268,17 @@ type client struct {
 	base string
 }
 
-func unixClient(sock string) *client {
+// unixClient and tcpClient fail t on an answer that does not match the
+// OpenAPI document (apitest.Transport).
+func unixClient(t testing.TB, sock string) *client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}
-	return &client{hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}, base: "http://kmaterialize"}
+	return &client{hc: &http.Client{Transport: apitest.Transport(t, tr), Timeout: 60 * time.Second}, base: "http://kmaterialize"}
 }
 
-func tcpClient(addr string) *client {
-	return &client{hc: &http.Client{Transport: &http.Transport{}, Timeout: 60 * time.Second}, base: "http://" + addr}
+func tcpClient(t testing.TB, addr string) *client {
+	return &client{hc: &http.Client{Transport: apitest.Transport(t, &http.Transport{}), Timeout: 60 * time.Second}, base: "http://" + addr}
 }
 
 // response is one answer, read whole.

@@ -204,7 +204,7 @@ func remapScenario(t *testing.T, slow bool) remapFigures {
 	fast := make(chan struct{})
 	var liveExp, bigExp *slowReader
 	if slow {
-		hc := unixClient(cfg.Socket).hc
+		hc := unixClient(t, cfg.Socket).hc
 		hc.Timeout = 0
 		liveExp = startSlowRead(ctx, hc, "http://kmaterialize/v1/tables/live/export", 1024, fast, &wg)
 		bigExp = startSlowRead(ctx, hc, "http://kmaterialize/v1/tables/big/export", 1024, fast, &wg)
@@ -219,7 +219,7 @@ func remapScenario(t *testing.T, slow bool) remapFigures {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		kc := unixClient(cfg.Socket).hc
+		kc := unixClient(t, cfg.Socket).hc
 		for i := 0; ; i++ {
 			select {
 			case <-stopKeys:
@@ -405,7 +405,7 @@ func TestSpoolFullAndBusy(t *testing.T) {
 	// An export read slowly holds the only heavy slot (it is paged).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	hc := unixClient(cfg.Socket).hc
+	hc := unixClient(t, cfg.Socket).hc
 	hc.Timeout = 0
 	fast := make(chan struct{})
 	var wg sync.WaitGroup

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kmaterialize/kmaterialize/internal/apitest"
 )
 
 // testCA is a certificate authority made in the test.
@@ -105,7 +107,7 @@ func TestRemoteListenerTLS(t *testing.T) {
 	// the serial of the certificate the server showed.
 	get := func(t *testing.T, tc *tls.Config, auth string) (int, int64) {
 		t.Helper()
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}, Timeout: 30 * time.Second}
+		hc := &http.Client{Transport: apitest.Transport(t, &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}), Timeout: 30 * time.Second}
 		req, _ := http.NewRequest("GET", "https://"+addr+"/v1/tables", nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
@@ -141,14 +143,14 @@ func TestRemoteListenerTLS(t *testing.T) {
 		t.Fatalf("TLS 1.1 handshake: %v, want a protocol version alert", err)
 	}
 	// Plain HTTP on the TLS port gets no answer from the API.
-	if r, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
+	if r, err := (&http.Client{Transport: apitest.Transport(t, nil), Timeout: 30 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
 		r.Body.Close()
 		if r.StatusCode == 200 {
 			t.Fatal("plain HTTP on the TLS listener was served")
 		}
 	}
 	// An untrusted server certificate is what a client without the CA sees.
-	if _, err := (&http.Client{Timeout: 30 * time.Second}).Get("https://" + addr + "/healthz"); err == nil {
+	if _, err := (&http.Client{Transport: apitest.Transport(t, nil), Timeout: 30 * time.Second}).Get("https://" + addr + "/healthz"); err == nil {
 		t.Fatal("a client without the test CA trusted the certificate")
 	}
 

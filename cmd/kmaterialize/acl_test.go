@@ -516,7 +516,7 @@ func setupServe(t *testing.T, r *aclRig, n aclNames) *aclRun {
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cl := unixClient(filepath.Join(dir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(dir, "tables.db.sock"))
 	start := func(t *testing.T) *proc {
 		// A fresh database each time: the first build is a rebuild.
 		for _, f := range []string{"tables.db", "tables.db.holder"} {
@@ -753,7 +753,7 @@ func TestReplayWithoutGroupACL(t *testing.T) {
 	if err := os.WriteFile(scfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cl := unixClient(filepath.Join(sdir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(sdir, "tables.db.sock"))
 	p := startProc(t, "--log-format", "json", "serve", "--config", scfg)
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 	all := slices.Clone(first)
@@ -881,7 +881,7 @@ func TestSCRAMSecretsNeverShown(t *testing.T) {
 	sdir := t.TempDir()
 	scfg := filepath.Join(sdir, "k.yaml")
 	writeCfg(scfg, "tables.db", "    follow: true\n    follow_interval: 50ms\n")
-	cl := unixClient(filepath.Join(sdir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(sdir, "tables.db.sock"))
 	p := startProc(t, append(append([]string{}, debug...), "serve", "--config", scfg)...)
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 	checkKeys(t, cl, "via-config", want)

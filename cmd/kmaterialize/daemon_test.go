@@ -56,7 +56,7 @@ func newDaemonRig(t *testing.T, topic, extra string) *daemonRig {
 	if err := os.WriteFile(r.cfgPath, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.cl = unixClient(r.sock)
+	r.cl = unixClient(t, r.sock)
 	return r
 }
 

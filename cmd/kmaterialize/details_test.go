@@ -563,7 +563,7 @@ func sliceOf(m map[string]string, from, to string) map[string]string {
 // status code, from its request metrics.
 func routeAnswers(t *testing.T, sock, route, code string) int {
 	t.Helper()
-	cl := unixClient(sock)
+	cl := unixClient(t, sock)
 	defer cl.CloseIdleConnections()
 	status, body, _ := httpGet(t, cl, "/metrics")
 	if status != 200 {

@@ -152,7 +152,7 @@ tables:
 		return append([]voteRec(nil), votes...)
 	}
 
-	cl := unixClient(sock)
+	cl := unixClient(t, sock)
 	// 14 stops: 12 SIGKILLs and, at 6 and 13, a clean SIGTERM.
 	const stops = 14
 	clean := func(i int) bool { return i == 6 || i == 13 }

@@ -50,7 +50,7 @@ func TestFollowerMemoryBounded(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl := unixClient(db + ".sock")
+	cl := unixClient(t, db+".sock")
 	value := func(i int) []byte {
 		return bytes.Repeat([]byte{byte('a' + i%26)}, followValueBytes-8)
 	}

@@ -109,7 +109,7 @@ tables:
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl := unixClient(filepath.Join(dir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(dir, "tables.db.sock"))
 	p := startProc(t, "--log-format", "json", "--log-level", "debug", "serve", "--config", cfg)
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 

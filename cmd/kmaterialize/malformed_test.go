@@ -237,7 +237,7 @@ tables:
 		t.Fatal(err)
 	}
 	p := startProc(t, "--log-format", "json", "serve", "--config", cfgPath)
-	cl := unixClient(filepath.Join(dir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(dir, "tables.db.sock"))
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 	checkServedDecoded(t, cl, "strict", builtFrom, decoded)
 	checkServedDecoded(t, cl, "lenient", builtFrom, decoded)

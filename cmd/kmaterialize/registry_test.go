@@ -368,7 +368,7 @@ func TestServeAvroTable(t *testing.T) {
 	}
 	t.Setenv("TEST_SR_PASSWORD", pass)
 	p := startProc(t, "--log-format", "json", "serve", "--config", cfgPath)
-	cl := unixClient(filepath.Join(dir, "tables.db.sock"))
+	cl := unixClient(t, filepath.Join(dir, "tables.db.sock"))
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 	for k, raw := range want {
 		code, body, _ := httpGet(t, cl, "/v1/tables/accounts/keys/"+url.PathEscape(k))

@@ -93,7 +93,7 @@ func TestReloadDuringCatchUp(t *testing.T) {
 	fpFile := filepath.Join(t.TempDir(), "failpoint")
 	c := startChild(t, []string{failpoint.EnvPoint + "=" + failpoint.CatchUpPaused + "@2=wait", failpoint.EnvFile + "=" + fpFile},
 		failpointBinary(t), "--log-format", "json", "serve", "--config", cfgPath)
-	cl := unixClient(sock)
+	cl := unixClient(t, sock)
 	get := func() (followedJSON, error) {
 		code, body, _ := httpGet(t, cl, "/v1/tables/"+table)
 		var f followedJSON

@@ -78,7 +78,7 @@ func newDaemonSetup(t *testing.T, tables map[string]string) daemonSetup {
 func (s daemonSetup) start(t *testing.T) *proc {
 	t.Helper()
 	p := startProc(t, "--log-format", "json", "serve", "--config", s.cfg)
-	awaitStatus(t, unixClient(s.sock), p, "/readyz", http.StatusOK)
+	awaitStatus(t, unixClient(t, s.sock), p, "/readyz", http.StatusOK)
 	return p
 }
 
@@ -110,7 +110,7 @@ func rowsRequests(t *testing.T, sock string) int { return rowsAnswers(t, sock, "
 // from its request metrics.
 func rowsAnswers(t *testing.T, sock, code string) int {
 	t.Helper()
-	cl := unixClient(sock)
+	cl := unixClient(t, sock)
 	defer cl.CloseIdleConnections()
 	status, body, _ := httpGet(t, cl, "/metrics")
 	if status != http.StatusOK {
@@ -418,7 +418,7 @@ func routedRebuild(t *testing.T, s daemonSetup, p *proc, topic, slowTopic string
 	}
 	slowGen := tablesJSON(t, s.db)["slow"].Generation
 	first := startProc(t, "rebuild", "--db", s.db, "--table", "slow")
-	cl := unixClient(s.sock)
+	cl := unixClient(t, s.sock)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, body, _ := httpGet(t, cl, "/v1/tables/slow")
@@ -552,7 +552,7 @@ func TestRoutedCLINotReady(t *testing.T) {
 	defer tx.End(context.Background(), false)
 	s := newDaemonSetup(t, map[string]string{"held": topic})
 	p := startProc(t, "--log-format", "json", "serve", "--config", s.cfg)
-	cl := unixClient(s.sock)
+	cl := unixClient(t, s.sock)
 	// The first build is running (the fault: it waits for the open
 	// transaction) and the table answers 503.
 	awaitStatus(t, cl, p, "/v1/tables/held/keys/p0-k00", http.StatusServiceUnavailable)
@@ -601,7 +601,7 @@ func TestRoutedScanAcrossPublish(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		cl := unixClient(s.sock)
+		cl := unixClient(t, s.sock)
 		defer cl.CloseIdleConnections()
 		for {
 			select {

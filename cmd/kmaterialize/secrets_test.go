@@ -228,7 +228,7 @@ func TestSecretsNotInDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := startProc(t, append([]string{"--log-format", "json", "--log-level", "debug", "serve", "--config", cfg}, extra...)...)
-		return p, unixClient(filepath.Join(dir, "tables.db.sock")), dir
+		return p, unixClient(t, filepath.Join(dir, "tables.db.sock")), dir
 	}
 	routes := []string{"/v1/tables", "/v1/tables/t1", "/v1/tables/t1/rows", "/v1/tables/t1/export", "/metrics", "/readyz", "/healthz"}
 	readAll := func(cl *http.Client) []string {

@@ -13,16 +13,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kmaterialize/kmaterialize/internal/apitest"
 )
 
-// unixClient is an HTTP client of the daemon's socket.
-func unixClient(sock string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+// unixClient is an HTTP client of the daemon's socket; it fails t on an
+// answer that does not match the OpenAPI document (apitest.Transport).
+func unixClient(t testing.TB, sock string) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: apitest.Transport(t, &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
-	}}
+	})}
 }
 
 // httpGet returns the status, body and generation header of GET path; a
@@ -113,7 +116,7 @@ func TestServeProcess(t *testing.T) {
 		t.Fatalf("notify socket: %q, %v; stderr:\n%s", buf[:n], err, p.stderrText())
 	}
 	sock := filepath.Join(dir, "tables.db.sock")
-	cl := unixClient(sock)
+	cl := unixClient(t, sock)
 	awaitStatus(t, cl, p, "/readyz", http.StatusOK)
 	checkKeys(t, cl, "balances", want1)
 
