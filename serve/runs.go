@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -208,4 +209,85 @@ func waitRun(ctx context.Context, r *run) (runResult, bool) {
 	case <-ctx.Done():
 		return runResult{}, false
 	}
+}
+
+// rebuildResult is the body of POST .../rebuild?wait=1.
+type rebuildResult struct {
+	Run        uint64  `json:"run"`
+	ExitCode   int     `json:"exit_code"`
+	Error      *string `json:"error"`
+	Generation *uint64 `json:"generation"`
+}
+
+// rebuild starts a run of a configured table, as configured: the request
+// carries no options.
+func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "wait") {
+		return
+	}
+	wait := false
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "0", "false":
+	case "1", "true":
+		wait = true
+	default:
+		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
+		return
+	}
+	if r.ContentLength > 0 {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "a rebuild request carries no body: the daemon's config decides how the table is built")
+		return
+	}
+	s.mu.Lock()
+	_, configured := s.tables[table]
+	s.mu.Unlock()
+	if !configured {
+		writeError(w, http.StatusNotFound, codeTableNotConfigured,
+			fmt.Sprintf("table %q is not in the daemon's config, so the daemon cannot rebuild it; add it to the config and reload (SIGHUP)", table))
+		return
+	}
+	run, err := s.startRun(table, triggerRequest)
+	switch {
+	case errors.Is(err, errRunning):
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
+		return
+	case errors.Is(err, errStopping):
+		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusNotFound, codeTableNotConfigured, err.Error())
+		return
+	}
+	if !wait {
+		writeJSON(w, http.StatusAccepted, map[string]uint64{"run": run.id})
+		return
+	}
+	// A rebuild takes as long as it takes: no write deadline while waiting.
+	// (The read deadline is no concern: net/http clears it for the
+	// background read that watches for the client going away.)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	res, done := waitRun(r.Context(), run)
+	if !done {
+		return // the client went away; the run goes on
+	}
+	out := rebuildResult{Run: res.ID, ExitCode: res.ExitCode}
+	if res.Err != nil {
+		msg := res.Err.Error()
+		out.Error = &msg
+	}
+	if res.Generation != 0 {
+		g := res.Generation
+		out.Generation = &g
+	} else if db := s.database(w); db != nil {
+		if m, err := db.Table(table); err == nil {
+			out.Generation = &m.Generation
+		}
+	} else {
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
