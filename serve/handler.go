@@ -29,29 +29,12 @@ func (s *Server) httpServer(tcp bool) *http.Server {
 	}
 }
 
-// handler is the API. On TCP (tcp true) every request passes authorize
-// (auth.go) first.
+// handler is the API: the mux built from routes (routes.go), each
+// request timed for the request metrics and, on TCP (tcp true),
+// authorized (auth.go) before its route's handler runs.
 func (s *Server) handler(tcp bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/tables", s.listTables)
-	mux.HandleFunc("GET /v1/tables/{table}", s.getTable)
-	mux.HandleFunc("GET /v1/tables/{table}/keys/{key...}", s.getKey)
-	mux.HandleFunc("GET /v1/tables/{table}/rows", s.getRows)
-	mux.HandleFunc("GET /v1/tables/{table}/export", s.export)
-	mux.HandleFunc("GET /v1/tables/{table}/count", s.count)
-	mux.HandleFunc("POST /v1/tables/{table}/rebuild", s.rebuild)
-	mux.HandleFunc("POST /v1/tables/{table}/cancel", s.cancel)
-	mux.HandleFunc("DELETE /v1/tables/{table}", s.drop)
-	mux.HandleFunc("POST /v1/tables/{table}/update", s.update)
-	mux.HandleFunc("POST /v1/tables/{table}/rollback", s.rollback)
-	mux.HandleFunc("GET /v1/tables/{table}/diff", s.diff)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "serving"})
-	})
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /v1/status", s.status)
-	mux.Handle("GET /metrics", s.metrics.handler())
-	api := s.authorize(tcp, mux)
+	mux := s.newMux()
+	auth := s.authorizer(tcp)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -60,11 +43,17 @@ func (s *Server) handler(tcp bool) http.Handler {
 		defer func() {
 			s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Observe(time.Since(start).Seconds())
 		}()
-		if _, pattern := mux.Handler(r); pattern != "" {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
 			route = pattern
-			api.ServeHTTP(sw, r)
+		}
+		if auth != nil && !auth.allow(sw, r, accessOf(h, r)) {
+			return
+		}
+		if pattern != "" {
+			mux.ServeHTTP(sw, r)
 		} else {
-			api.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
+			mux.ServeHTTP(&muxErrorWriter{ResponseWriter: sw}, r)
 		}
 	})
 }

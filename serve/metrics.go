@@ -29,6 +29,7 @@ type metrics struct {
 	records     *prometheus.CounterVec
 	requests    *prometheus.HistogramVec
 	reload      *reloadStatus
+	scrape      http.Handler // GET /metrics
 }
 
 func newMetrics(s *Server) *metrics {
@@ -56,11 +57,8 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		followCollector{s}, dbCollector{s})
+	m.scrape = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
-}
-
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
 // runEnded counts a run that ended (a rebuild or an update); recordsRead
