@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/listen"
 	"github.com/kmaterialize/kmaterialize/internal/suggest"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -546,37 +546,16 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 }
 
 // ParseSocketMode parses an octal file mode such as "0660" or "660"
-// (permission bits only).
+// (permission bits only, listen.CheckSocketMode).
 func ParseSocketMode(s string) (os.FileMode, error) {
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
 	if err != nil || v > 0o777 {
 		return 0, fmt.Errorf("%q: want an octal file mode such as \"0660\"", s)
 	}
-	if v&0o600 != 0o600 {
-		return 0, fmt.Errorf("%q: the daemon's own user needs read and write (0600 at least)", s)
+	if p := listen.CheckSocketMode(os.FileMode(v)); p != nil {
+		return 0, fmt.Errorf("%q: %s", s, p.Reason)
 	}
 	return os.FileMode(v), nil
-}
-
-// CheckListen checks a TCP listen address: "" (none) or HOST:PORT. A host
-// that is not loopback (including an empty host, every interface) needs
-// allowRemote and a token: the socket's file mode guards the unix socket,
-// nothing guards a TCP port but the token.
-func CheckListen(listen string, allowRemote, hasToken bool) error {
-	if listen == "" {
-		return nil
-	}
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil || port == "" {
-		return fmt.Errorf("%q: want HOST:PORT, e.g. 127.0.0.1:9466", listen)
-	}
-	if isLoopback(host) && !allowRemote {
-		return nil
-	}
-	if !allowRemote || !hasToken {
-		return fmt.Errorf("%q is not a loopback address: it needs allow_remote: true and a read_token or admin_token, and TLS (or listen on 127.0.0.1)", listen)
-	}
-	return nil
 }
 
 // remote reads listen's tokens and TLS: admin_token, read_token,
@@ -584,8 +563,9 @@ func CheckListen(listen string, allowRemote, hasToken bool) error {
 // tls_cert and tls_key (paths: ${NAME} expands, relative to the file),
 // allow_plaintext_tokens. allow_remote closes the listener: it needs a
 // token, and TLS unless allow_plaintext_tokens; read_token and
-// metrics_token apply with allow_remote only. serve checks the same
-// (serve.Config), without lines.
+// metrics_token apply with allow_remote only. The rules are
+// listen.Check's, by which serve checks serve.Config too; here the error
+// gets the setting's line.
 func (p *parser) remote(f *file, c *Config) error {
 	for _, fv := range []struct {
 		key   string
@@ -610,57 +590,16 @@ func (p *parser) remote(f *file, c *Config) error {
 		*fv.dst = p.resolve(v)
 	}
 	c.AllowPlaintextTokens = f.AllowPlaintextTokens
-	hasToken := c.AdminToken != "" || c.ReadToken != "" || c.MetricsToken != ""
-	if err := CheckListen(c.Listen, c.AllowRemote, hasToken); err != nil {
-		return p.errorf(p.line("listen"), "listen", "%v", err)
-	}
-	set := []struct {
-		key string
-		on  bool
-	}{{"allow_remote", c.AllowRemote}, {"read_token", c.ReadToken != ""}, {"metrics_token", c.MetricsToken != ""},
-		{"tls_cert", c.TLSCert != ""}, {"tls_key", c.TLSKey != ""}, {"allow_plaintext_tokens", c.AllowPlaintextTokens}}
-	if c.Listen == "" {
-		for _, f := range set {
-			if f.on {
-				return p.errorf(p.line(f.key), f.key, "applies to the TCP listener: set listen too")
-			}
-		}
+	prob := listen.Check(listen.Settings{Listen: c.Listen, AllowRemote: c.AllowRemote,
+		AdminToken: string(c.AdminToken), ReadToken: string(c.ReadToken), MetricsToken: string(c.MetricsToken),
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, AllowPlaintextTokens: c.AllowPlaintextTokens})
+	if prob == nil {
 		return nil
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		k := "tls_cert"
-		if c.TLSKey == "" {
-			k = "tls_key"
-		}
-		return p.errorf(p.line(map[string]string{"tls_cert": "tls_key", "tls_key": "tls_cert"}[k]), k, "tls_cert and tls_key go together: set both or neither")
+	if prob.Value != "" {
+		return p.errorf(p.line(prob.Field), prob.Field, "%q: %s", prob.Value, prob.Reason)
 	}
-	if !c.AllowRemote {
-		for _, f := range set[1:3] {
-			if f.on {
-				return p.errorf(p.line(f.key), f.key, "applies with allow_remote: true only (without it, reads on a loopback listen are open)")
-			}
-		}
-		return nil
-	}
-	if c.ReadToken != "" && (c.ReadToken == c.AdminToken || c.ReadToken == c.MetricsToken) {
-		return p.errorf(p.line("read_token"), "read_token", "must differ from admin_token and metrics_token")
-	}
-	if c.MetricsToken != "" && c.MetricsToken == c.AdminToken {
-		return p.errorf(p.line("metrics_token"), "metrics_token", "must differ from admin_token")
-	}
-	if c.TLSCert == "" && !c.AllowPlaintextTokens {
-		return p.errorf(p.line("allow_remote"), "allow_remote",
-			"tokens would cross the network in clear text: set tls_cert and tls_key, or allow_plaintext_tokens: true for a network that is encrypted otherwise")
-	}
-	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return p.errorf(p.line(prob.Field), prob.Field, "%s", prob.Reason)
 }
 
 // Names returns the table names in file order.

@@ -10,17 +10,19 @@ import (
 // Who may do what on the TCP listener (Config.Listen). The unix socket is
 // never asked for a token: its file mode and group are its boundary.
 //
-// A loopback listener without AllowRemote is open to every local user for
-// reads (GET, HEAD); anything else needs the admin token (403 forbidden
-// without it), as before tokens for reads existed.
+// Each route says who may call it (route.access, routes.go). A loopback
+// listener without AllowRemote is open to every local user for the reads
+// (GET and HEAD routes); anything else needs the admin token (403
+// forbidden without it), as before tokens for reads existed.
 //
 // With AllowRemote the listener is closed: every route but /healthz and
 // /readyz needs "Authorization: Bearer TOKEN". The read token opens the
 // reads, the metrics token opens GET /metrics only, the admin token opens
 // everything. No token, or one that is none of them, is 401 unauthorized
 // with WWW-Authenticate: Bearer; a known token on a route it does not open
-// is 403 forbidden. The check runs before routing, so a caller without a
-// token learns nothing of the routes.
+// is 403 forbidden. The check runs before the route's handler, and a
+// request no route matches needs what a route of its method would
+// (accessOf), so a caller without a token learns nothing of the routes.
 
 // realm is the WWW-Authenticate realm of a 401.
 const realm = `Bearer realm="kmaterialize"`
@@ -81,63 +83,66 @@ func (t tokens) grantOf(r *http.Request) (grant, bool) {
 	return grantNone, true
 }
 
-func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Method == http.MethodHead }
+// authorizer applies the rules above on the TCP listener.
+type authorizer struct {
+	remote bool // AllowRemote: every route but the public ones needs a token
+	toks   tokens
+}
 
-// authorize wraps the API's mux: on the TCP listener (tcp true) it applies
-// the rules above; on the unix socket it lets every request through.
-func (s *Server) authorize(tcp bool, next http.Handler) http.Handler {
+// authorizer returns the TCP listener's authorizer (tcp true), nil for the
+// unix socket.
+func (s *Server) authorizer(tcp bool) *authorizer {
 	if !tcp {
-		return next
+		return nil
 	}
-	toks := newTokens(s.cfg.Config)
-	if !s.cfg.AllowRemote {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if isRead(r) || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if g, _ := toks.grantOf(r); g != grantAdmin {
-				writeError(w, http.StatusForbidden, codeForbidden,
-					"this route changes state: on the TCP listener it needs Authorization: Bearer <admin_token> (or use the unix socket)")
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	return &authorizer{remote: s.cfg.AllowRemote, toks: newTokens(s.cfg.Config)}
+}
+
+// allow returns whether r may call a route of access acc; when it may
+// not, it has answered 401 or 403.
+func (a *authorizer) allow(w http.ResponseWriter, r *http.Request, acc access) bool {
+	if acc == accessPublic {
+		return true
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-			next.ServeHTTP(w, r)
-			return
+	if !a.remote {
+		if acc != accessAdmin {
+			return true
 		}
-		g, presented := toks.grantOf(r)
-		var ok bool
-		switch g {
-		case grantNone:
-			challenge := realm
-			msg := "this listener needs Authorization: Bearer <token> (read_token for reads, admin_token for everything)"
-			if presented {
-				challenge += `, error="invalid_token"`
-				msg = "the bearer token is not one this daemon accepts"
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			writeError(w, http.StatusUnauthorized, codeUnauthorized, msg)
-			return
-		case grantAdmin:
-			ok = true
-		case grantRead:
-			ok = isRead(r)
-		case grantMetrics:
-			ok = isRead(r) && r.URL.Path == "/metrics"
+		if g, _ := a.toks.grantOf(r); g != grantAdmin {
+			writeError(w, http.StatusForbidden, codeForbidden,
+				"this route changes state: on the TCP listener it needs Authorization: Bearer <admin_token> (or use the unix socket)")
+			return false
 		}
-		if !ok {
-			w.Header().Set("WWW-Authenticate", realm+`, error="insufficient_scope"`)
-			msg := "this route changes state: it needs the admin_token"
-			if isRead(r) {
-				msg = "the metrics_token opens GET /metrics only: this route needs the read_token or the admin_token"
-			}
-			writeError(w, http.StatusForbidden, codeForbidden, msg)
-			return
+		return true
+	}
+	g, presented := a.toks.grantOf(r)
+	var ok bool
+	switch g {
+	case grantNone:
+		challenge := realm
+		msg := "this listener needs Authorization: Bearer <token> (read_token for reads, admin_token for everything)"
+		if presented {
+			challenge += `, error="invalid_token"`
+			msg = "the bearer token is not one this daemon accepts"
 		}
-		next.ServeHTTP(w, r)
-	})
+		w.Header().Set("WWW-Authenticate", challenge)
+		writeError(w, http.StatusUnauthorized, codeUnauthorized, msg)
+		return false
+	case grantAdmin:
+		ok = true
+	case grantRead:
+		ok = acc == accessRead || acc == accessMetrics
+	case grantMetrics:
+		ok = acc == accessMetrics
+	}
+	if !ok {
+		w.Header().Set("WWW-Authenticate", realm+`, error="insufficient_scope"`)
+		msg := "this route changes state: it needs the admin_token"
+		if acc != accessAdmin {
+			msg = "the metrics_token opens GET /metrics only: this route needs the read_token or the admin_token"
+		}
+		writeError(w, http.StatusForbidden, codeForbidden, msg)
+		return false
+	}
+	return true
 }

@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/user"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/internal/listen"
 	"github.com/kmaterialize/kmaterialize/internal/schedule"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -199,9 +199,8 @@ func validate(cfg Config) (settings, error) {
 	if s.SocketMode == 0 {
 		s.SocketMode = DefaultSocketMode
 	}
-	if s.SocketMode&^os.ModePerm != 0 || s.SocketMode&0o600 != 0o600 {
-		return s, &ConfigError{Field: "socket_mode", Value: fmt.Sprintf("%#o", uint32(s.SocketMode)),
-			Reason: "want permission bits only (at most 0777), with read and write for the owner, e.g. \"0660\""}
+	if p := listen.CheckSocketMode(s.SocketMode); p != nil {
+		return s, &ConfigError{Field: p.Field, Value: p.Value, Reason: p.Reason}
 	}
 	if g := cfg.SocketGroup; g != "" {
 		gid, err := lookupGroup(g)
@@ -269,73 +268,17 @@ func lookupGroup(g string) (int, error) {
 	return strconv.Atoi(grp.Gid)
 }
 
-// checkListen checks Listen and what goes with it: a non-loopback
-// address needs AllowRemote (reads over TCP are otherwise meant for this
-// host); AllowRemote needs a token, and TLS unless AllowPlaintextTokens;
-// tokens other than the admin token apply with AllowRemote only. A token's
-// value is never in the error.
+// checkListen checks Listen and what goes with it by listen.Check's rules
+// (the config file is checked by the same). A token's value is never in
+// the error.
 func checkListen(cfg Config) error {
-	if cfg.Listen == "" {
-		for _, f := range []struct{ field, value string }{{"tls_cert", cfg.TLSCert}, {"tls_key", cfg.TLSKey},
-			{"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
-			if f.value != "" {
-				return &ConfigError{Field: f.field, Reason: "applies to the TCP listener: set listen too"}
-			}
-		}
-		if cfg.AllowRemote {
-			return &ConfigError{Field: "allow_remote", Reason: "applies to the TCP listener: set listen too"}
-		}
+	p := listen.Check(listen.Settings{Listen: cfg.Listen, AllowRemote: cfg.AllowRemote,
+		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, MetricsToken: cfg.MetricsToken,
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, AllowPlaintextTokens: cfg.AllowPlaintextTokens})
+	if p == nil {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return &ConfigError{Field: "listen", Value: cfg.Listen, Reason: "want HOST:PORT, e.g. 127.0.0.1:9466"}
-	}
-	if !isLoopback(host) && !cfg.AllowRemote {
-		return &ConfigError{Field: "listen", Value: cfg.Listen,
-			Reason: "not a loopback address: set allow_remote: true with a read_token or admin_token (and TLS) to serve other hosts, or listen on 127.0.0.1"}
-	}
-	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return &ConfigError{Field: "tls_cert", Value: cfg.TLSCert, Reason: "tls_cert and tls_key go together: set both or neither"}
-	}
-	if !cfg.AllowRemote {
-		for _, f := range []struct{ field, value string }{{"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
-			if f.value != "" {
-				return &ConfigError{Field: f.field, Reason: "applies with allow_remote: true only (without it, reads on a loopback listener are open)"}
-			}
-		}
-		return nil
-	}
-	if cfg.AdminToken == "" && cfg.ReadToken == "" && cfg.MetricsToken == "" {
-		return &ConfigError{Field: "listen", Value: cfg.Listen,
-			Reason: "allow_remote: true needs a read_token or admin_token (or a metrics_token): every route but /healthz and /readyz asks for one"}
-	}
-	for _, f := range []struct{ field, value string }{{"admin_token", cfg.AdminToken}, {"read_token", cfg.ReadToken}, {"metrics_token", cfg.MetricsToken}} {
-		for _, c := range f.value {
-			if c <= ' ' || c > '~' {
-				return &ConfigError{Field: f.field, Reason: "a token is printable ASCII without spaces (it is sent in an Authorization header)"}
-			}
-		}
-	}
-	if cfg.ReadToken != "" && (cfg.ReadToken == cfg.AdminToken || cfg.ReadToken == cfg.MetricsToken) {
-		return &ConfigError{Field: "read_token", Reason: "must differ from admin_token and metrics_token"}
-	}
-	if cfg.MetricsToken != "" && cfg.MetricsToken == cfg.AdminToken {
-		return &ConfigError{Field: "metrics_token", Reason: "must differ from admin_token"}
-	}
-	if cfg.TLSCert == "" && !cfg.AllowPlaintextTokens {
-		return &ConfigError{Field: "allow_remote",
-			Reason: "tokens would cross the network in clear text: set tls_cert and tls_key, or allow_plaintext_tokens: true for a network that is encrypted otherwise"}
-	}
-	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return &ConfigError{Field: p.Field, Value: p.Value, Reason: p.Reason}
 }
 
 func validateTables(tables []Table) ([]tableDef, error) {

@@ -16,6 +16,9 @@
 //
 // # Routes
 //
+// routes (routes.go) declares them and who may call each over TCP
+// (auth.go). What they answer:
+//
 //	GET  /v1/tables                      {"tables": [TABLE, ...]}
 //	GET  /v1/tables/{table}              TABLE (state: state.go's tableState; retry of a failed first build;
 //	                                     definition {"changed","fields"} of a configured, published table)
@@ -54,7 +57,8 @@
 //
 // # Runs
 //
-// A run is Table.Build: serve itself never talks to Kafka. The per-table run
+// A run is Table.Build, or an update (Config.Update): serve itself never
+// talks to Kafka. One executor runs both (runs.go). The per-table run
 // lock is the daemon's own (a scheduler's singleton mode would not cover
 // requested runs): a request that finds a run queued or going gets 409, a
 // scheduled run that does is skipped, logged and counted. Every run goes

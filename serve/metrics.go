@@ -9,8 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/kmaterialize/kmaterialize/materialize"
 )
 
 // Rebuild outcomes, the "outcome" label of kmaterialize_rebuilds_total.
@@ -31,6 +29,7 @@ type metrics struct {
 	records     *prometheus.CounterVec
 	requests    *prometheus.HistogramVec
 	reload      *reloadStatus
+	scrape      http.Handler // GET /metrics
 }
 
 func newMetrics(s *Server) *metrics {
@@ -58,14 +57,13 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		followCollector{s}, dbCollector{s})
+	m.scrape = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
-
-func (m *metrics) runEnded(table string, res runResult, rep materialize.Report) {
+// runEnded counts a run that ended (a rebuild or an update); recordsRead
+// is what it read, counted when it published.
+func (m *metrics) runEnded(table string, res runResult, recordsRead int64) {
 	outcome := outcomeSuccess
 	switch {
 	case res.Err != nil && errors.Is(res.Err, context.Canceled):
@@ -79,7 +77,7 @@ func (m *metrics) runEnded(table string, res runResult, rep materialize.Report) 
 		return
 	}
 	m.lastSuccess.WithLabelValues(table).Set(float64(res.Ended.UnixNano()) / 1e9)
-	m.records.WithLabelValues(table).Add(float64(rep.Meta.Records))
+	m.records.WithLabelValues(table).Add(float64(recordsRead))
 }
 
 func (m *metrics) skipped(table string) {

@@ -121,12 +121,7 @@ func (s *Server) dispatchLocked() {
 		s.runWG.Add(1)
 		go func() {
 			defer s.runWG.Done()
-			switch r.kind {
-			case kindUpdate:
-				s.executeUpdate(r)
-			default:
-				s.execute(r)
-			}
+			s.execute(r)
 		}()
 	}
 }

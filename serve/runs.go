@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -101,52 +102,123 @@ func (s *Server) startRun(name, trigger string) (*run, error) {
 	return s.newRunLocked(name, trigger, kindRebuild, trigger == triggerFollow, nil)
 }
 
-// execute runs the table's Build (by its definition as configured when the
-// run leaves the queue) for r, records its outcome and releases the run
-// lock.
+// runWork is a run kind's own part of a run (runKind): its work, its log
+// lines and what follows its end. execute does the rest, the same for
+// every kind.
+type runWork struct {
+	// what names the work in a panic's error: "rebuild", "update".
+	what string
+	// do does the work, logging its start; runLog has the run's fields
+	// but not the table (materialize adds it), log has them all.
+	do func(runLog, log zerolog.Logger) (materialize.Report, error)
+	// logEnd logs the outcome: res.Err nil is a publish.
+	logEnd func(log zerolog.Logger, res runResult, rep materialize.Report)
+	// recordsRead is what a published run read, for the records metric.
+	recordsRead func(rep materialize.Report) int64
+	// firstBuild: a failed run may be a failed first build, whose retry
+	// execute plans (retry.go). An update never builds a first
+	// generation: it leaves a planned retry alone.
+	firstBuild bool
+	// endLocked (if not nil) runs with s.mu held, in the critical section
+	// that releases the run lock; after (if not nil) runs once it is
+	// released.
+	endLocked func(rep materialize.Report)
+	after     func(err error)
+}
+
+// execute runs r: its kind's work (rebuildWork, updateWork), a panic
+// turned into an error (one bad table must not end the daemon that serves
+// the others); then it logs and counts the outcome, releases the run lock
+// and closes r.done.
 func (s *Server) execute(r *run) {
-	// The build's lines get the table from materialize (see Table.Build).
+	// The work's lines get the table from materialize (see Table.Build).
 	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
 	log := runLog.With().Str(keyTable, r.table).Logger()
-	s.mu.Lock()
-	def, configured := s.tables[r.table]
-	s.mu.Unlock()
-	var rep materialize.Report
-	var err error
-	if configured {
-		log.Info().Msg("rebuild started")
-		rep, err = s.build(r, def, runLog)
-	} else {
-		err = fmt.Errorf("table %q is no longer configured (removed by a reload while its rebuild was queued)", r.table)
+	var w runWork
+	switch r.kind {
+	case kindUpdate:
+		w = s.updateWork(r)
+	default:
+		w = s.rebuildWork(r)
 	}
+	rep, err := func() (rep materialize.Report, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("%s of table %q panicked: %v\n%s", w.what, r.table, p, debug.Stack())
+			}
+		}()
+		return w.do(runLog, log)
+	}()
 	err = cancelled(r, err)
 	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Started: r.started, Ended: s.now(), Took: s.now().Sub(r.started)}
 	if err == nil {
-		res.Generation = rep.Meta.Generation
-		res.Records = rep.Meta.Records
-		log.Info().Uint64(keyGeneration, res.Generation).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("rebuild published")
-	} else {
-		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("rebuild failed; the previous generation stays served")
+		res.Generation, res.Records = rep.Meta.Generation, rep.Meta.Records
 	}
-	s.metrics.runEnded(r.table, res, rep)
-	published := err == nil || s.published(r.table)
+	w.logEnd(log, res, rep)
+	s.metrics.runEnded(r.table, res, w.recordsRead(rep))
+	published := w.firstBuild && (err == nil || s.published(r.table))
 	s.mu.Lock()
-	s.planRetryLocked(r.table, res, published)
+	if w.firstBuild {
+		s.planRetryLocked(r.table, res, published)
+	}
 	s.endRunLocked(r, res)
-	// The run's catch-up paused the follower: the run's end, and only it,
-	// resumes it.
-	paused := false
-	if fs := s.follows[r.table]; fs != nil {
-		paused, fs.paused = fs.paused, false
+	if w.endLocked != nil {
+		w.endLocked(rep)
 	}
 	s.mu.Unlock()
-	// A followed table follows its new generation, or, when the rebuild
-	// failed after stopping the follower for its catch-up, the old one.
-	if configured && def.Follow != nil && (err == nil || paused) {
-		s.startFollow(r.table)
+	if w.after != nil {
+		w.after(err)
 	}
 	s.recheckDefinition(r.table)
 	close(r.done)
+}
+
+// rebuildWork is a rebuild's part of r: the table's Build (or its
+// follower's Rebuild) by its definition as configured when the run leaves
+// the queue; a followed table follows again once it ends.
+func (s *Server) rebuildWork(r *run) runWork {
+	s.mu.Lock()
+	def, configured := s.tables[r.table]
+	s.mu.Unlock()
+	paused := false
+	return runWork{
+		what: "rebuild",
+		do: func(runLog, log zerolog.Logger) (materialize.Report, error) {
+			if !configured {
+				return materialize.Report{}, fmt.Errorf("table %q is no longer configured (removed by a reload while its rebuild was queued)", r.table)
+			}
+			log.Info().Msg("rebuild started")
+			ctx := materialize.WithReplayed(r.ctx, s.replayed(r))
+			if def.Follow != nil {
+				return def.Follow.Rebuild(ctx, s.db, runLog, s.catchUpFunc(def.Name))
+			}
+			return def.Build(ctx, s.db, runLog)
+		},
+		logEnd: func(log zerolog.Logger, res runResult, rep materialize.Report) {
+			if res.Err == nil {
+				log.Info().Uint64(keyGeneration, res.Generation).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("rebuild published")
+			} else {
+				log.Error().Err(res.Err).Int("exit_code", res.ExitCode).Msg("rebuild failed; the previous generation stays served")
+			}
+		},
+		recordsRead: func(rep materialize.Report) int64 { return rep.Meta.Records },
+		firstBuild:  true,
+		endLocked: func(materialize.Report) {
+			// The run's catch-up paused the follower: the run's end, and
+			// only it, resumes it.
+			if fs := s.follows[r.table]; fs != nil {
+				paused, fs.paused = fs.paused, false
+			}
+		},
+		after: func(err error) {
+			// A followed table follows its new generation, or, when the
+			// rebuild failed after stopping the follower for its
+			// catch-up, the old one.
+			if configured && def.Follow != nil && (err == nil || paused) {
+				s.startFollow(r.table)
+			}
+		},
+	}
 }
 
 // recheckDefinition rebuilds table when its definition changed while a
@@ -160,21 +232,6 @@ func (s *Server) recheckDefinition(table string) {
 	if recheck {
 		s.rebuildChanged([]string{table})
 	}
-}
-
-// build calls def.Build, turning a panic into an error: one bad table must
-// not end the daemon that serves the others.
-func (s *Server) build(r *run, def tableDef, log zerolog.Logger) (rep materialize.Report, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("rebuild of table %q panicked: %v\n%s", def.Name, p, debug.Stack())
-		}
-	}()
-	ctx := materialize.WithReplayed(r.ctx, s.replayed(r))
-	if def.Follow != nil {
-		return def.Follow.Rebuild(ctx, s.db, log, s.catchUpFunc(def.Name))
-	}
-	return def.Build(ctx, s.db, log)
 }
 
 // scheduledRun is a schedule's task: it queues a run unless one is queued
@@ -208,4 +265,85 @@ func waitRun(ctx context.Context, r *run) (runResult, bool) {
 	case <-ctx.Done():
 		return runResult{}, false
 	}
+}
+
+// rebuildResult is the body of POST .../rebuild?wait=1.
+type rebuildResult struct {
+	Run        uint64  `json:"run"`
+	ExitCode   int     `json:"exit_code"`
+	Error      *string `json:"error"`
+	Generation *uint64 `json:"generation"`
+}
+
+// rebuild starts a run of a configured table, as configured: the request
+// carries no options.
+func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	if !checkParams(w, r, "wait") {
+		return
+	}
+	wait := false
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "0", "false":
+	case "1", "true":
+		wait = true
+	default:
+		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
+		return
+	}
+	if r.ContentLength > 0 {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "a rebuild request carries no body: the daemon's config decides how the table is built")
+		return
+	}
+	s.mu.Lock()
+	_, configured := s.tables[table]
+	s.mu.Unlock()
+	if !configured {
+		writeError(w, http.StatusNotFound, codeTableNotConfigured,
+			fmt.Sprintf("table %q is not in the daemon's config, so the daemon cannot rebuild it; add it to the config and reload (SIGHUP)", table))
+		return
+	}
+	run, err := s.startRun(table, triggerRequest)
+	switch {
+	case errors.Is(err, errRunning):
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
+		return
+	case errors.Is(err, errStopping):
+		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusNotFound, codeTableNotConfigured, err.Error())
+		return
+	}
+	if !wait {
+		writeJSON(w, http.StatusAccepted, map[string]uint64{"run": run.id})
+		return
+	}
+	// A rebuild takes as long as it takes: no write deadline while waiting.
+	// (The read deadline is no concern: net/http clears it for the
+	// background read that watches for the client going away.)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	res, done := waitRun(r.Context(), run)
+	if !done {
+		return // the client went away; the run goes on
+	}
+	out := rebuildResult{Run: res.ID, ExitCode: res.ExitCode}
+	if res.Err != nil {
+		msg := res.Err.Error()
+		out.Error = &msg
+	}
+	if res.Generation != 0 {
+		g := res.Generation
+		out.Generation = &g
+	} else if db := s.database(w); db != nil {
+		if m, err := db.Table(table); err == nil {
+			out.Generation = &m.Generation
+		}
+	} else {
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }

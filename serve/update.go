@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -138,34 +137,26 @@ func (s *Server) startUpdate(name string, rebuildIfNeeded bool) (*run, *material
 	return r, rep, nil
 }
 
-// executeUpdate runs the update for r, records its outcome and releases the
-// run lock.
-func (s *Server) executeUpdate(r *run) {
+// updateWork is an update's part of r: Config.Update of the table from its
+// stored definition, its report set for the waiting request.
+func (s *Server) updateWork(r *run) runWork {
 	rebuildIfNeeded := r.rebuildIfNeeded
-	// The update's lines get the table from materialize (see Table.Build).
-	runLog := s.cfg.Log.With().Uint64("run", r.id).Str("trigger", r.trigger).Logger()
-	log := runLog.With().Str(keyTable, r.table).Logger()
-	log.Info().Bool("rebuild_if_needed", rebuildIfNeeded).Msg("update started")
-	rep, err := func() (rep materialize.Report, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("update of table %q panicked: %v\n%s", r.table, p, debug.Stack())
+	return runWork{
+		what: "update",
+		do: func(runLog, log zerolog.Logger) (materialize.Report, error) {
+			log.Info().Bool("rebuild_if_needed", rebuildIfNeeded).Msg("update started")
+			return s.cfg.Update(materialize.WithReplayed(r.ctx, s.replayed(r)), s.db, r.table, rebuildIfNeeded, runLog)
+		},
+		logEnd: func(log zerolog.Logger, res runResult, rep materialize.Report) {
+			if res.Err == nil {
+				log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("update published")
+			} else {
+				log.Error().Err(res.Err).Int("exit_code", res.ExitCode).Msg("update failed; the table is unchanged")
 			}
-		}()
-		return s.cfg.Update(materialize.WithReplayed(r.ctx, s.replayed(r)), s.db, r.table, rebuildIfNeeded, runLog)
-	}()
-	err = cancelled(r, err)
-	res := runResult{ID: r.id, Err: err, ExitCode: s.cfg.ExitCode(err), Started: r.started, Ended: s.now(), Took: s.now().Sub(r.started)}
-	if err == nil {
-		res.Generation, res.Records = rep.Meta.Generation, rep.Meta.Records
-		log.Info().Uint64(keyGeneration, res.Generation).Str("mode", rep.Mode).Int64("keys", rep.Meta.Keys).Int64("took_ms", res.Took.Milliseconds()).Msg("update published")
-	} else {
-		log.Error().Err(err).Int("exit_code", res.ExitCode).Msg("update failed; the table is unchanged")
+		},
+		// An update's Meta.Records is the table's, cumulative since its
+		// last full rebuild; what this run read is its replay's.
+		recordsRead: func(rep materialize.Report) int64 { return rep.Replay.Records },
+		endLocked:   func(rep materialize.Report) { *r.report = rep },
 	}
-	s.mu.Lock()
-	*r.report = rep
-	s.endRunLocked(r, res)
-	s.mu.Unlock()
-	s.recheckDefinition(r.table)
-	close(r.done)
 }

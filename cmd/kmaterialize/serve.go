@@ -14,10 +14,9 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/decode"
-	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/internal/configured"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
-	"github.com/kmaterialize/kmaterialize/store"
 )
 
 func serveCommand() *cli.Command {
@@ -231,9 +230,9 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
 		ReadToken: cfg.ReadToken.Reveal(), MetricsToken: cfg.MetricsToken.Reveal(),
 		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, AllowPlaintextTokens: cfg.AllowPlaintextTokens,
-		LockTimeout: lockTimeout(c), Tables: serveTables(cfg), ExitCode: exitCode, Log: log,
+		LockTimeout: lockTimeout(c), Tables: configured.Tables(cfg), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
-		Update: serveUpdate(cfg),
+		Update: configured.Update(cfg),
 
 		MaxConcurrentRuns: cfg.MaxConcurrentRuns, RetryBackoffMax: cfg.RetryBackoffMax, ShutdownTimeout: cfg.ShutdownTimeout,
 		Stopping: func() {
@@ -375,101 +374,11 @@ func reload(path, propsFile string, old *config.Config, srv *serve.Server, log z
 	}
 	// SetTables also reads the TLS certificate and key again; when they do
 	// not load, nothing changes.
-	if err := srv.SetTables(serveTables(cfg)); err != nil {
+	if err := srv.SetTables(configured.Tables(cfg)); err != nil {
 		log.Error().Err(err).Str("config", path).Msg("reload refused: keeping the running tables and TLS certificate")
 		return
 	}
 	log.Info().Str("config", path).Strs("tables", cfg.Names()).Msg("config reloaded")
-}
-
-// serveTables turns each table of cfg into a serve.Table whose Build is
-// the same rebuild as kmaterialize rebuild --config FILE --table NAME. A
-// build's error is what the API shows (runs, table status): none of the
-// config's secrets may be in it.
-func serveTables(cfg *config.Config) []serve.Table {
-	red := config.NewRedactor()
-	red.Add(cfg.Secrets()...)
-	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
-	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
-	out := make([]serve.Table, 0, len(cfg.Tables))
-	for _, t := range cfg.Tables {
-		spec := t.Spec
-		rebuild := func(ctx context.Context, db *store.DB, log zerolog.Logger, catchUp func(context.Context) (map[int32]int64, error)) (materialize.Report, error) {
-			opts, err := spec.Options(db, brokers, props, log)
-			if err != nil {
-				return materialize.Report{}, err
-			}
-			opts.CatchUp = catchUp
-			opts.Decode.Registry = registry
-			rep, err := materialize.Rebuild(ctx, opts)
-			if err != nil {
-				err = fmt.Errorf("rebuild of table %q from topic %q failed, nothing published: %w", spec.Name, spec.Topic, err)
-			}
-			return rep, red.Error(config.Scrub(err, props))
-		}
-		st := serve.Table{
-			Name: spec.Name, Topic: spec.Topic, Fold: spec.Fold, Schedule: t.Schedule, Spec: &spec,
-			Build: func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
-				return rebuild(ctx, db, log, nil)
-			},
-		}
-		if t.Follow {
-			st.Follow = followTable(spec, t, brokers, props, registry, red, rebuild)
-		}
-		out = append(out, st)
-	}
-	return out
-}
-
-// serveUpdate is the daemon's update: kmaterialize update --db FILE
-// --table NAME with the config's brokers and properties (those of the
-// config loaded at start).
-func serveUpdate(cfg *config.Config) serve.UpdateFunc {
-	brokers, props := cfg.Kafka.Brokers, map[string]string(cfg.Kafka.Properties)
-	registry := cfg.SchemaRegistry.Registry().WithEnv(os.LookupEnv)
-	red := config.NewRedactor()
-	red.Add(cfg.Secrets()...)
-	return func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error) {
-		// A configured table's update is bounded by its memory (the
-		// daemon's memory counts it among the runs).
-		var memory int64
-		if spec, err := cfg.Table(table); err == nil {
-			memory = spec.Memory
-		}
-		rep, err := materialize.Update(ctx, materialize.UpdateOptions{DB: db, Table: table, Brokers: brokers, Props: props,
-			Registry: registry, RebuildIfNeeded: rebuildIfNeeded, Memory: memory, Log: log})
-		if err != nil {
-			err = fmt.Errorf("update of table %q failed, nothing published: %w", table, err)
-		}
-		return rep, red.Error(config.Scrub(err, props))
-	}
-}
-
-// followTable is the daemon's follow mode for table t (follow: true):
-// materialize.KeepCurrent with the config's connection, and the table's
-// rebuild with its catch-up.
-func followTable(spec materialize.Spec, t config.Table, brokers string, props map[string]string, registry decode.Registry, red *config.Redactor,
-	rebuild func(context.Context, *store.DB, zerolog.Logger, func(context.Context) (map[int32]int64, error)) (materialize.Report, error)) *serve.FollowSettings {
-	return &serve.FollowSettings{
-		Run: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
-			err := materialize.KeepCurrent(ctx, materialize.FollowOptions{
-				DB: db, Spec: spec, Interval: t.FollowInterval, Status: status, Registry: registry, Log: log,
-				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
-			})
-			return red.Error(config.Scrub(err, props))
-		},
-		Live: func(ctx context.Context, db *store.DB, log zerolog.Logger, status *materialize.FollowStatus) error {
-			err := materialize.WatchLive(ctx, materialize.FollowOptions{
-				DB: db, Spec: spec, Status: status, Log: log,
-				Replay: replay.Config{Brokers: brokers, Props: props, StallTimeout: spec.StallTimeout, Log: log},
-			})
-			return red.Error(config.Scrub(err, props))
-		},
-		Rebuild:         rebuild,
-		MaxLag:          t.MaxLag,
-		RebuildIfNeeded: t.RebuildIfNeeded,
-		Retriable:       materialize.FollowRetriable,
-	}
 }
 
 // notifyReady sends READY=1 to systemd's notify socket (sdNotify).

@@ -1,0 +1,316 @@
+package serve
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kmaterialize/kmaterialize/exportdoc"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// HeaderGeneration names the generation that answered a read.
+const HeaderGeneration = "Kmaterialize-Generation"
+
+// HeaderMore is "true" on a rows page when rows follow its last one.
+const HeaderMore = "Kmaterialize-More"
+
+// Limits of the rows route.
+const (
+	DefaultRowsLimit = 1000
+	MaxRowsLimit     = 10000
+)
+
+// readError answers a failed read: a table never published is 503 with
+// Retry-After when the daemon builds it, 404 otherwise.
+func (s *Server) readError(w http.ResponseWriter, table string, err error) {
+	if errors.Is(err, store.ErrTableNotFound) {
+		s.mu.Lock()
+		_, configured := s.tables[table]
+		s.mu.Unlock()
+		if configured && s.buildFailed(w, table) {
+			return
+		}
+		if configured {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+			writeError(w, http.StatusServiceUnavailable, codeTableNotReady,
+				fmt.Sprintf("table %q has not been published yet: its first build has not finished (see GET /v1/tables/%s)", table, table))
+			return
+		}
+		writeError(w, http.StatusNotFound, codeTableNotFound, err.Error())
+		return
+	}
+	s.cfg.Log.Error().Err(err).Str(keyTable, table).Msg("read failed")
+	writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+}
+
+// names returns every table the file holds and every configured one, sorted.
+func (s *Server) names(db *store.DB) ([]string, error) {
+	metas, err := db.Tables()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range metas {
+		seen[m.Name] = true
+		out = append(out, m.Name)
+	}
+	s.mu.Lock()
+	for n := range s.tables {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	s.mu.Unlock()
+	sortStrings(out)
+	return out, nil
+}
+
+func (s *Server) listTables(w http.ResponseWriter, r *http.Request) {
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	names, err := s.names(db)
+	if err != nil {
+		s.readError(w, "", err)
+		return
+	}
+	out := struct {
+		Tables []tableJSON `json:"tables"`
+	}{Tables: []tableJSON{}}
+	for _, n := range names {
+		t, found, err := s.describe(db, n)
+		if err != nil {
+			s.readError(w, n, err)
+			return
+		}
+		if found {
+			out.Tables = append(out.Tables, t)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTable(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	t, found, err := s.describe(db, table)
+	switch {
+	case err != nil:
+		s.readError(w, table, err)
+	case !found:
+		writeError(w, http.StatusNotFound, codeTableNotFound, fmt.Sprintf("table %q is neither in the database nor configured (GET /v1/tables lists them)", table))
+	default:
+		if t.Generation != nil {
+			w.Header().Set(HeaderGeneration, strconv.FormatUint(*t.Generation, 10))
+		}
+		writeJSON(w, http.StatusOK, t)
+	}
+}
+
+func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	key := []byte(r.PathValue("key"))
+	if len(key) == 0 || len(key) > bolt.MaxKeySize {
+		writeError(w, http.StatusBadRequest, codeBadKey, fmt.Sprintf("a key has 1 to %d bytes, percent-encoded in the path", bolt.MaxKeySize))
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	var gen uint64
+	var val []byte
+	found := false
+	err := db.ReadTable(table, func(snap *store.Snapshot) error {
+		gen = snap.Meta.Generation
+		// The first row at or after key with key as prefix is key itself
+		// when it exists.
+		return snap.Rows(key, 1, func(k, v []byte) error {
+			if bytes.Equal(k, key) {
+				found, val = true, bytes.Clone(v)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		s.readError(w, table, err)
+		return
+	}
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	if !found {
+		writeError(w, http.StatusNotFound, codeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(val)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(val)
+}
+
+// rowsQuery is the rows route's parsed query.
+type rowsQuery struct {
+	rng        store.Range // prefix=, from= (inclusive), to= (exclusive)
+	after      []byte
+	limit      int
+	generation uint64 // 0: whatever is published
+	b64        bool
+	keysOnly   bool // keys_only=1: lines without "value"
+}
+
+// parseBool reads a boolean query parameter: absent, 0 or false; 1 or true.
+func parseBool(name, v string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s %q: want 1 or 0", name, v)
+}
+
+// parseEncoding reads encoding= (utf-8, the default, or base64).
+func parseEncoding(v string) (bool, error) {
+	switch v {
+	case "", "utf-8", "utf8":
+		return false, nil
+	case "base64":
+		return true, nil
+	}
+	return false, fmt.Errorf("encoding %q: want utf-8 or base64", v)
+}
+
+func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
+	q := rowsQuery{limit: DefaultRowsLimit}
+	if !checkParams(w, r, "prefix", "from", "to", "after", "limit", "generation", "encoding", "keys_only") {
+		return q, false
+	}
+	v := r.URL.Query()
+	q.rng, q.after = rangeParams(v), []byte(v.Get("after"))
+	keysOnly, err := parseBool("keys_only", v.Get("keys_only"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return q, false
+	}
+	q.keysOnly = keysOnly
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxRowsLimit {
+			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want 1 to %d (default %d); page with after=", s, MaxRowsLimit, DefaultRowsLimit))
+			return q, false
+		}
+		q.limit = n
+	}
+	if s := v.Get("generation"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n == 0 {
+			writeError(w, http.StatusBadRequest, codeBadGeneration, fmt.Sprintf("generation %q: want the positive number a first page's %s header gave", s, HeaderGeneration))
+			return q, false
+		}
+		q.generation = n
+	}
+	b64, err := parseEncoding(v.Get("encoding"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		return q, false
+	}
+	q.b64 = b64
+	return q, true
+}
+
+// errPageEnd ends a rows page's cursor walk.
+var errPageEnd = errors.New("page full")
+
+// getRows answers one page of rows as JSON lines, exactly as `scan --format
+// jsonl` prints them. The page is formatted in memory inside the read
+// transaction (at most limit rows and Config.PageMaxBytes of keys and
+// values, or a single larger row), so the status is decided before its
+// first byte and no slow client holds a transaction open.
+func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
+	table, ok := tableParam(w, r)
+	if !ok {
+		return
+	}
+	q, ok := parseRows(w, r)
+	if !ok {
+		return
+	}
+	db := s.database(w)
+	if db == nil {
+		return
+	}
+	var buf bytes.Buffer
+	var gen uint64
+	size := 0 // bytes of keys and values on the page
+	more, gone := false, false
+	err := db.ReadTable(table, func(snap *store.Snapshot) error {
+		gen = snap.Meta.Generation
+		if q.generation != 0 && q.generation != gen {
+			gone = true
+			return nil
+		}
+		n := 0
+		err := snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
+			// The page ends at q.limit rows, or before the row that would
+			// take it past the byte budget (a first row larger than it
+			// comes alone).
+			if n == q.limit || (n > 0 && size+len(k)+len(v) > s.cfg.PageMaxBytes) {
+				more = true
+				return errPageEnd
+			}
+			n++
+			size += len(k) + len(v)
+			ks, err := exportdoc.Text(k, k, "key", q.b64)
+			if err != nil {
+				return err
+			}
+			if q.keysOnly {
+				buf.Write(keyLine(ks))
+				return nil
+			}
+			vs, err := exportdoc.Text(k, v, "value", q.b64)
+			if err != nil {
+				return err
+			}
+			buf.Write(exportdoc.JSONLine(ks, vs))
+			return nil
+		})
+		if errors.Is(err, errPageEnd) {
+			return nil
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, exportdoc.ErrNotUTF8):
+		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+		return
+	case err != nil:
+		s.readError(w, table, err)
+		return
+	case gone:
+		writeError(w, http.StatusConflict, codeGenerationGone,
+			fmt.Sprintf("generation %d of table %q is no longer published (now %d): start the scan again from the first page", q.generation, table, gen))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	w.Header().Set(HeaderMore, strconv.FormatBool(more))
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+}
