@@ -19,8 +19,10 @@ const MinMemory int64 = 1 << 20
 
 // ParseSize parses a memory size: bytes, or a number with a binary unit
 // (KiB, MiB, GiB; K, M, G and KB, MB, GB mean the same), at least
-// MinMemory. It is the syntax of the CLI's --memory.
+// MinMemory. It is the syntax of the CLI's --memory too, which words the
+// refusal its own way from the *SizeError.
 func ParseSize(s string) (int64, error) {
+	bad := func(why, detail string) error { return &SizeError{Value: s, Why: why, Detail: detail} }
 	t := strings.TrimSpace(s)
 	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	num, unit := t, ""
@@ -38,18 +40,26 @@ func ParseSize(s string) (int64, error) {
 	case "g", "gb", "gib":
 		mult = 1 << 30
 	default:
-		return 0, fmt.Errorf("%q: unknown unit %q (a size: bytes, or a number with KiB, MiB or GiB, e.g. 256MiB)", s, unit)
+		return 0, bad("unknown unit "+strconv.Quote(unit), " (a size: bytes, or a number with KiB, MiB or GiB, e.g. 256MiB)")
 	}
 	n, err := strconv.ParseFloat(num, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q: not a size (bytes, or a number with KiB, MiB or GiB, e.g. 256MiB)", s)
+		return 0, bad("not a size", " (bytes, or a number with KiB, MiB or GiB, e.g. 256MiB)")
 	}
 	v := int64(n * mult)
 	if v < MinMemory {
-		return 0, fmt.Errorf("%q: below the minimum of 1MiB", s)
+		return 0, bad("below the minimum of 1MiB", "")
 	}
 	return v, nil
 }
+
+// SizeError is a size ParseSize refuses: Why is the reason, Detail the
+// syntax reminder that follows it in Error.
+type SizeError struct {
+	Value, Why, Detail string
+}
+
+func (e *SizeError) Error() string { return fmt.Sprintf("%q: %s%s", e.Value, e.Why, e.Detail) }
 
 // FormatSize shows a size in the largest binary unit that divides it
 // (bytes otherwise), as ParseSize reads it back.

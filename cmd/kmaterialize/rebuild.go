@@ -288,42 +288,17 @@ func startCPUProfile(path string) (func(), error) {
 
 // minMemory is the smallest --memory: below it the run files would be
 // tiny and many.
-const minMemory = 1 << 20
+const minMemory = config.MinMemory
 
-// parseMemory parses --memory: bytes, or a number with a binary unit (KiB,
-// MiB, GiB; K, M, G and KB, MB, GB mean the same).
+// parseMemory parses --memory with config.ParseSize (the config's memory
+// has the same syntax), refusing as a usage error named after the flag.
 func parseMemory(s string) (int64, error) {
-	bad := func(why string) error {
-		return &usageError{msg: fmt.Sprintf("--memory %q: %s", s, why), hint: "--memory 256MiB (a size: bytes, or a number with KiB, MiB or GiB; at least 1MiB)"}
+	v, err := config.ParseSize(s)
+	var se *config.SizeError
+	if errors.As(err, &se) {
+		return 0, &usageError{msg: fmt.Sprintf("--memory %q: %s", s, se.Why), hint: "--memory 256MiB (a size: bytes, or a number with KiB, MiB or GiB; at least 1MiB)"}
 	}
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	}
-	var mult float64
-	switch unit {
-	case "", "b":
-		mult = 1
-	case "k", "kb", "kib":
-		mult = 1 << 10
-	case "m", "mb", "mib":
-		mult = 1 << 20
-	case "g", "gb", "gib":
-		mult = 1 << 30
-	default:
-		return 0, bad("unknown unit " + strconv.Quote(unit))
-	}
-	n, err := strconv.ParseFloat(num, 64)
-	if err != nil || n < 0 {
-		return 0, bad("not a size")
-	}
-	v := int64(n * mult)
-	if v < minMemory {
-		return 0, bad("below the minimum of 1MiB")
-	}
-	return v, nil
+	return v, err
 }
 
 // parseOffsets parses --from-offsets "0=120,2=7".
