@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/internal/apitest"
 )
 
@@ -58,7 +59,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 		r := c.do(t, method, path, nil)
 		e := r.apiErr(t)
 		ch := r.header.Get("WWW-Authenticate")
-		if r.status != http.StatusUnauthorized || e.Code != codeUnauthorized || !strings.HasPrefix(ch, "Bearer ") {
+		if r.status != http.StatusUnauthorized || e.Code != api.CodeUnauthorized || !strings.HasPrefix(ch, "Bearer ") {
 			t.Fatalf("%s %s: %d %q WWW-Authenticate %q, want 401 unauthorized with a Bearer challenge", method, path, r.status, r.body, ch)
 		}
 		if invalid != strings.Contains(ch, `error="invalid_token"`) {
@@ -115,7 +116,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 	forbidden := func(c *client, method, path string) {
 		t.Helper()
 		r := c.do(t, method, path, nil)
-		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden ||
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != api.CodeForbidden ||
 			!strings.Contains(r.header.Get("WWW-Authenticate"), "insufficient_scope") {
 			t.Fatalf("%s %s: %d %s WWW-Authenticate %q, want 403 forbidden, insufficient_scope", method, path, r.status, r.body, r.header.Get("WWW-Authenticate"))
 		}
