@@ -52,7 +52,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 	anon := tcpClient(t, addr)
 	defer anon.hc.CloseIdleConnections()
 
-	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/metrics", "/nope"}
+	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/v1/openapi.json", "/metrics", "/nope"}
 	writes := []struct{ method, path string }{{"POST", "/v1/tables/t/rebuild"}, {"DELETE", "/v1/tables/t"}, {"POST", "/v1/tables/t/update"}, {"POST", "/v1/tables/t/rollback"}}
 	unauthorized := func(t *testing.T, c *client, method, path string, invalid bool) {
 		t.Helper()
