@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -119,15 +120,15 @@ func TestAPIContract(t *testing.T) {
 				t.Fatalf("pending: %s", r.body)
 			}
 		}},
-		{name: "table unknown", method: "GET", path: "/v1/tables/nope", status: 404, code: codeTableNotFound},
-		{name: "table name too long", method: "GET", path: "/v1/tables/" + long, status: 400, code: codeBadTableName},
-		{name: "table name control char", method: "GET", path: "/v1/tables/a%01b", status: 400, code: codeBadTableName},
+		{name: "table unknown", method: "GET", path: "/v1/tables/nope", status: 404, code: api.CodeTableNotFound},
+		{name: "table name too long", method: "GET", path: "/v1/tables/" + long, status: 400, code: api.CodeBadTableName},
+		{name: "table name control char", method: "GET", path: "/v1/tables/a%01b", status: 400, code: api.CodeBadTableName},
 		{name: "key", method: "GET", path: "/v1/tables/main/keys/k007", status: 200, check: body(want["k007"])},
 		{name: "key with slash", method: "GET", path: "/v1/tables/main/keys/a%2Fb", status: 200, check: body("slash")},
 		{name: "key percent-encoded, empty value", method: "GET", path: "/v1/tables/main/keys/" + url.PathEscape("sp ace%"), status: 200, check: body("")},
-		{name: "key absent", method: "GET", path: "/v1/tables/main/keys/zzz", status: 404, code: codeKeyNotFound},
-		{name: "key of unknown table", method: "GET", path: "/v1/tables/nope/keys/k007", status: 404, code: codeTableNotFound},
-		{name: "key never published", method: "GET", path: "/v1/tables/pending/keys/k007", status: 503, code: codeTableNotReady, check: func(t *testing.T, r response) {
+		{name: "key absent", method: "GET", path: "/v1/tables/main/keys/zzz", status: 404, code: api.CodeKeyNotFound},
+		{name: "key of unknown table", method: "GET", path: "/v1/tables/nope/keys/k007", status: 404, code: api.CodeTableNotFound},
+		{name: "key never published", method: "GET", path: "/v1/tables/pending/keys/k007", status: 503, code: api.CodeTableNotReady, check: func(t *testing.T, r response) {
 			if r.header.Get("Retry-After") == "" {
 				t.Fatal("no Retry-After")
 			}
@@ -144,15 +145,15 @@ func TestAPIContract(t *testing.T) {
 				t.Fatalf("body %q more %q, want %q", r.body, r.header.Get(HeaderMore), strings.Join(lines, ""))
 			}
 		}},
-		{name: "rows limit 0", method: "GET", path: "/v1/tables/main/rows?limit=0", status: 400, code: codeBadLimit},
-		{name: "rows limit too big", method: "GET", path: "/v1/tables/main/rows?limit=10001", status: 400, code: codeBadLimit},
+		{name: "rows limit 0", method: "GET", path: "/v1/tables/main/rows?limit=0", status: 400, code: api.CodeBadLimit},
+		{name: "rows limit too big", method: "GET", path: "/v1/tables/main/rows?limit=10001", status: 400, code: api.CodeBadLimit},
 		{name: "rows limit max", method: "GET", path: "/v1/tables/main/rows?limit=10000", status: 200},
-		{name: "rows limit not a number", method: "GET", path: "/v1/tables/main/rows?limit=ten", status: 400, code: codeBadLimit},
-		{name: "rows bad generation", method: "GET", path: "/v1/tables/main/rows?generation=-1", status: 400, code: codeBadGeneration},
-		{name: "rows bad encoding", method: "GET", path: "/v1/tables/main/rows?encoding=hex", status: 400, code: codeBadEncoding},
-		{name: "rows unknown parameter", method: "GET", path: "/v1/tables/main/rows?format=tsv", status: 400, code: codeBadRequest},
-		{name: "rows generation not published", method: "GET", path: fmt.Sprintf("/v1/tables/main/rows?generation=%d", mainGen+1000), status: 409, code: codeGenerationGone},
-		{name: "rows not UTF-8", method: "GET", path: "/v1/tables/raw/rows", status: 422, code: codeNotUTF8},
+		{name: "rows limit not a number", method: "GET", path: "/v1/tables/main/rows?limit=ten", status: 400, code: api.CodeBadLimit},
+		{name: "rows bad generation", method: "GET", path: "/v1/tables/main/rows?generation=-1", status: 400, code: api.CodeBadGeneration},
+		{name: "rows bad encoding", method: "GET", path: "/v1/tables/main/rows?encoding=hex", status: 400, code: api.CodeBadEncoding},
+		{name: "rows unknown parameter", method: "GET", path: "/v1/tables/main/rows?format=tsv", status: 400, code: api.CodeBadRequest},
+		{name: "rows generation not published", method: "GET", path: fmt.Sprintf("/v1/tables/main/rows?generation=%d", mainGen+1000), status: 409, code: api.CodeGenerationGone},
+		{name: "rows not UTF-8", method: "GET", path: "/v1/tables/raw/rows", status: 422, code: api.CodeNotUTF8},
 		{name: "rows base64", method: "GET", path: "/v1/tables/raw/rows?encoding=base64", status: 200, check: func(t *testing.T, r response) {
 			b64 := base64.StdEncoding.EncodeToString
 			w := fmt.Sprintf("{\"key\":%q,\"value\":%q}\n{\"key\":%q,\"value\":%q}\n", b64([]byte("bin")), b64([]byte("\xff\xfe")), b64([]byte("ok")), b64([]byte("fine")))
@@ -160,7 +161,7 @@ func TestAPIContract(t *testing.T) {
 				t.Fatalf("body %q, want %q", r.body, w)
 			}
 		}},
-		{name: "rows never published", method: "GET", path: "/v1/tables/pending/rows", status: 503, code: codeTableNotReady},
+		{name: "rows never published", method: "GET", path: "/v1/tables/pending/rows", status: 503, code: api.CodeTableNotReady},
 		{name: "export", method: "GET", path: "/v1/tables/main/export", status: 200, check: func(t *testing.T, r response) {
 			var doc struct {
 				Table string
@@ -182,7 +183,7 @@ func TestAPIContract(t *testing.T) {
 				t.Fatalf("export differs from exportdoc.Write's (generation %d)", r.gen(t))
 			}
 		}},
-		{name: "export not UTF-8", method: "GET", path: "/v1/tables/raw/export", status: 422, code: codeNotUTF8},
+		{name: "export not UTF-8", method: "GET", path: "/v1/tables/raw/export", status: 422, code: api.CodeNotUTF8},
 		{name: "export base64", method: "GET", path: "/v1/tables/raw/export?encoding=base64", status: 200, check: func(t *testing.T, r response) {
 			var doc struct {
 				Encoding string
@@ -194,21 +195,21 @@ func TestAPIContract(t *testing.T) {
 				t.Fatalf("export %s", r.body)
 			}
 		}},
-		{name: "export unknown table", method: "GET", path: "/v1/tables/nope/export", status: 404, code: codeTableNotFound},
-		{name: "rebuild unknown table", method: "POST", path: "/v1/tables/nope/rebuild", status: 404, code: codeTableNotConfigured},
-		{name: "rebuild with options", method: "POST", path: "/v1/tables/main/rebuild?from=0", status: 400, code: codeBadRequest},
-		{name: "rebuild bad wait", method: "POST", path: "/v1/tables/main/rebuild?wait=maybe", status: 400, code: codeBadRequest},
-		{name: "rebuild while building", method: "POST", path: "/v1/tables/pending/rebuild", status: 409, code: codeRunInProgress},
-		{name: "wrong method", method: "PUT", path: "/v1/tables/main", status: 405, code: codeMethodNotAllowed},
-		{name: "drop a configured table", method: "DELETE", path: "/v1/tables/main", status: 409, code: codeTableConfigured},
-		{name: "drop a missing table", method: "DELETE", path: "/v1/tables/nope", status: 404, code: codeTableNotFound},
-		{name: "count with a bad parameter", method: "GET", path: "/v1/tables/main/count?limit=3", status: 400, code: codeBadRequest},
-		{name: "rows keys_only bad", method: "GET", path: "/v1/tables/main/rows?keys_only=yes", status: 400, code: codeBadRequest},
-		{name: "GET on rebuild", method: "GET", path: "/v1/tables/main/rebuild", status: 405, code: codeMethodNotAllowed},
-		{name: "unknown route", method: "GET", path: "/v2/tables", status: 404, code: codeRouteNotFound},
+		{name: "export unknown table", method: "GET", path: "/v1/tables/nope/export", status: 404, code: api.CodeTableNotFound},
+		{name: "rebuild unknown table", method: "POST", path: "/v1/tables/nope/rebuild", status: 404, code: api.CodeTableNotConfigured},
+		{name: "rebuild with options", method: "POST", path: "/v1/tables/main/rebuild?from=0", status: 400, code: api.CodeBadRequest},
+		{name: "rebuild bad wait", method: "POST", path: "/v1/tables/main/rebuild?wait=maybe", status: 400, code: api.CodeBadRequest},
+		{name: "rebuild while building", method: "POST", path: "/v1/tables/pending/rebuild", status: 409, code: api.CodeRunInProgress},
+		{name: "wrong method", method: "PUT", path: "/v1/tables/main", status: 405, code: api.CodeMethodNotAllowed},
+		{name: "drop a configured table", method: "DELETE", path: "/v1/tables/main", status: 409, code: api.CodeTableConfigured},
+		{name: "drop a missing table", method: "DELETE", path: "/v1/tables/nope", status: 404, code: api.CodeTableNotFound},
+		{name: "count with a bad parameter", method: "GET", path: "/v1/tables/main/count?limit=3", status: 400, code: api.CodeBadRequest},
+		{name: "rows keys_only bad", method: "GET", path: "/v1/tables/main/rows?keys_only=yes", status: 400, code: api.CodeBadRequest},
+		{name: "GET on rebuild", method: "GET", path: "/v1/tables/main/rebuild", status: 405, code: api.CodeMethodNotAllowed},
+		{name: "unknown route", method: "GET", path: "/v2/tables", status: 404, code: api.CodeRouteNotFound},
 		{name: "huge header", method: "GET", path: "/healthz", hdr: http.Header{"X-Big": {strings.Repeat("h", 64<<10)}}, status: 431},
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
-		{name: "readyz not ready", method: "GET", path: "/readyz", status: 503, code: codeNotReady, check: func(t *testing.T, r response) {
+		{name: "readyz not ready", method: "GET", path: "/readyz", status: 503, code: api.CodeNotReady, check: func(t *testing.T, r response) {
 			e := r.apiErr(t)
 			if len(e.Tables) != 1 || e.Tables[0].Name != "pending" || e.Tables[0].State != StateBuilding || e.Tables[0].Reason == "" {
 				t.Fatalf("readyz tables %+v: want pending, building, with a reason", e.Tables)
@@ -280,7 +281,7 @@ func TestAPIContract(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if r := (response{status: resp.StatusCode, header: resp.Header, body: b}); r.status != 400 || r.apiErr(t).Code != codeBadRequest {
+	if r := (response{status: resp.StatusCode, header: resp.Header, body: b}); r.status != 400 || r.apiErr(t).Code != api.CodeBadRequest {
 		t.Fatalf("rebuild with a body: %d %s, want 400", r.status, b)
 	}
 	if tj := c.table(t, "main"); tj.Run != nil || *tj.Generation != mainGen {

@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Who may do what on the TCP listener (Config.Listen). The unix socket is
@@ -109,7 +111,7 @@ func (a *authorizer) allow(w http.ResponseWriter, r *http.Request, acc access) b
 			return true
 		}
 		if g, _ := a.toks.grantOf(r); g != grantAdmin {
-			writeError(w, http.StatusForbidden, codeForbidden,
+			writeError(w, http.StatusForbidden, api.CodeForbidden,
 				"this route changes state: on the TCP listener it needs Authorization: Bearer <admin_token> (or use the unix socket)")
 			return false
 		}
@@ -126,7 +128,7 @@ func (a *authorizer) allow(w http.ResponseWriter, r *http.Request, acc access) b
 			msg = "the bearer token is not one this daemon accepts"
 		}
 		w.Header().Set("WWW-Authenticate", challenge)
-		writeError(w, http.StatusUnauthorized, codeUnauthorized, msg)
+		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, msg)
 		return false
 	case grantAdmin:
 		ok = true
@@ -141,7 +143,7 @@ func (a *authorizer) allow(w http.ResponseWriter, r *http.Request, acc access) b
 		if acc != accessAdmin {
 			msg = "the metrics_token opens GET /metrics only: this route needs the read_token or the admin_token"
 		}
-		writeError(w, http.StatusForbidden, codeForbidden, msg)
+		writeError(w, http.StatusForbidden, api.CodeForbidden, msg)
 		return false
 	}
 	return true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/internal/apitest"
 )
 
@@ -51,14 +52,14 @@ func TestRemoteListenerTokens(t *testing.T) {
 	anon := tcpClient(t, addr)
 	defer anon.hc.CloseIdleConnections()
 
-	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/metrics", "/nope"}
+	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/v1/openapi.json", "/metrics", "/nope"}
 	writes := []struct{ method, path string }{{"POST", "/v1/tables/t/rebuild"}, {"DELETE", "/v1/tables/t"}, {"POST", "/v1/tables/t/update"}, {"POST", "/v1/tables/t/rollback"}}
 	unauthorized := func(t *testing.T, c *client, method, path string, invalid bool) {
 		t.Helper()
 		r := c.do(t, method, path, nil)
 		e := r.apiErr(t)
 		ch := r.header.Get("WWW-Authenticate")
-		if r.status != http.StatusUnauthorized || e.Code != codeUnauthorized || !strings.HasPrefix(ch, "Bearer ") {
+		if r.status != http.StatusUnauthorized || e.Code != api.CodeUnauthorized || !strings.HasPrefix(ch, "Bearer ") {
 			t.Fatalf("%s %s: %d %q WWW-Authenticate %q, want 401 unauthorized with a Bearer challenge", method, path, r.status, r.body, ch)
 		}
 		if invalid != strings.Contains(ch, `error="invalid_token"`) {
@@ -115,7 +116,7 @@ func TestRemoteListenerTokens(t *testing.T) {
 	forbidden := func(c *client, method, path string) {
 		t.Helper()
 		r := c.do(t, method, path, nil)
-		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden ||
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != api.CodeForbidden ||
 			!strings.Contains(r.header.Get("WWW-Authenticate"), "insufficient_scope") {
 			t.Fatalf("%s %s: %d %s WWW-Authenticate %q, want 403 forbidden, insufficient_scope", method, path, r.status, r.body, r.header.Get("WWW-Authenticate"))
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // cancelJSON is the body of POST /v1/tables/{table}/cancel.
@@ -34,13 +36,13 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	run, phase, err := s.cancelRun(table)
 	switch {
 	case errors.Is(err, errNoRun):
-		writeError(w, http.StatusNotFound, codeNoRun, fmt.Sprintf("no run of table %q is queued or going", table))
+		writeError(w, http.StatusNotFound, api.CodeNoRun, fmt.Sprintf("no run of table %q is queued or going", table))
 		return
 	case errors.Is(err, errPublishing):
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("run %d of table %q is %s", run.id, table, err), Code: codeRunPublishing, Run: run.id})
+		writeJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("run %d of table %q is %s", run.id, table, err), Code: api.CodeRunPublishing, Run: run.id})
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
 		return
 	}
 	s.cfg.Log.Info().Str(keyTable, table).Uint64("run", run.id).Str("phase", phase.String()).Msg("run cancelled by request")

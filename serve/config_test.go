@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -129,13 +130,13 @@ func TestAdminTokenOnTCP(t *testing.T) {
 			h.Set("Authorization", auth)
 		}
 		r := tc.do(t, "POST", "/v1/tables/t/rebuild", h)
-		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden {
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != api.CodeForbidden {
 			t.Fatalf("POST over TCP with Authorization %q: %d %s, want 403", auth, r.status, r.body)
 		}
 		// A drop changes state too (the table is configured: with the
 		// token it would be 409, so a 403 here is the token check's).
 		r = tc.do(t, "DELETE", "/v1/tables/t", h)
-		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != codeForbidden {
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != api.CodeForbidden {
 			t.Fatalf("DELETE over TCP with Authorization %q: %d %s, want 403", auth, r.status, r.body)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -25,14 +26,6 @@ const triggerDefinition = "definition"
 // from the table), GET shows definition.changed with the fields, and POST
 // update is refused (409 definition_changed): an update would read on by
 // the old definition a table the config says is defined otherwise.
-
-// definitionJSON is a table's definition as GET /v1/tables/{table} shows
-// it: whether the configured definition differs from the stored one, and
-// in which fields (the config file's names).
-type definitionJSON struct {
-	Changed bool     `json:"changed"`
-	Fields  []string `json:"fields"`
-}
 
 // definitionChanges returns the fields in which table's configured
 // definition differs from the one stored with its published generation.
@@ -55,9 +48,11 @@ func (s *Server) definitionChanges(db *store.DB, table string) (fields []string,
 	return materialize.DefinitionChanges(stored, *def.Spec), true, nil
 }
 
-// definitionInfo is table's definitionJSON, nil when there is nothing to
+// definitionInfo is table's definition as GET /v1/tables/{table} shows it:
+// whether the configured definition differs from the stored one, and in
+// which fields (the config file's names); nil when there is nothing to
 // compare.
-func (s *Server) definitionInfo(db *store.DB, table string) (*definitionJSON, error) {
+func (s *Server) definitionInfo(db *store.DB, table string) (*api.Definition, error) {
 	fields, known, err := s.definitionChanges(db, table)
 	if err != nil || !known {
 		return nil, err
@@ -65,7 +60,7 @@ func (s *Server) definitionInfo(db *store.DB, table string) (*definitionJSON, er
 	if fields == nil {
 		fields = []string{}
 	}
-	return &definitionJSON{Changed: len(fields) > 0, Fields: fields}, nil
+	return &api.Definition{Changed: len(fields) > 0, Fields: fields}, nil
 }
 
 // rebuildChanged starts a rebuild of each of names whose configured
@@ -117,7 +112,7 @@ func (s *Server) refuseChangedDefinition(w http.ResponseWriter, db *store.DB, ta
 	if len(fields) == 0 {
 		return false
 	}
-	writeError(w, http.StatusConflict, codeDefinitionChanged, fmt.Sprintf(
+	writeError(w, http.StatusConflict, api.CodeDefinitionChanged, fmt.Sprintf(
 		"the config defines table %q otherwise than it was built (%s): the daemon rebuilds it by the new definition (GET /v1/tables/%s shows the run); an update would go on by the old one",
 		table, strings.Join(fields, ", "), table))
 	return true

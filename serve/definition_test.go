@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -131,8 +132,8 @@ func checkUpdateRefused(t *testing.T, c *client, table string, field string) {
 	if r.status != http.StatusConflict {
 		t.Fatalf("POST update while the definition differs: %d %s, want 409", r.status, r.body)
 	}
-	if e := r.apiErr(t); e.Code != codeDefinitionChanged || !bytes.Contains([]byte(e.Error), []byte(field)) {
-		t.Fatalf("POST update: %+v, want code %s naming %s", e, codeDefinitionChanged, field)
+	if e := r.apiErr(t); e.Code != api.CodeDefinitionChanged || !bytes.Contains([]byte(e.Error), []byte(field)) {
+		t.Fatalf("POST update: %+v, want code %s naming %s", e, api.CodeDefinitionChanged, field)
 	}
 }
 

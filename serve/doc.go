@@ -17,7 +17,9 @@
 // # Routes
 //
 // routes (routes.go) declares them and who may call each over TCP
-// (auth.go). What they answer:
+// (auth.go); api/openapi.json describes them (a test holds the two
+// equal), and the answers are written with package api's types. What they
+// answer:
 //
 //	GET  /v1/tables                      {"tables": [TABLE, ...]}
 //	GET  /v1/tables/{table}              TABLE (state: state.go's tableState; retry of a failed first build;
@@ -31,6 +33,7 @@
 //	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds but a followed one)
 //	POST /v1/tables/{table}/rollback     ?generation=G (default the newest kept): 200 {"generation","from","keys"}
 //	GET  /v1/tables/{table}/diff         ?from=&to=&limit=&encoding=base64: JSON lines as `kmaterialize diff`
+//	GET  /v1/openapi.json                the OpenAPI document (api/openapi.json)
 //	GET  /healthz, /readyz, /metrics
 //
 // Keys in the path are percent-encoded (a "/" in a key may be sent as is or

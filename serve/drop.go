@@ -5,20 +5,13 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
 // triggerDrop is the trigger of the run lock a drop holds while it goes.
 const triggerDrop = "drop"
-
-// dropJSON is the body of DELETE /v1/tables/{table}: the table that was
-// dropped, as it was.
-type dropJSON struct {
-	Dropped    string `json:"dropped"`
-	Generation uint64 `json:"generation"`
-	Keys       int64  `json:"keys"`
-}
 
 // drop removes a table from the file (DELETE /v1/tables/{table}): its
 // entry, its generation and its checkpoint in one transaction
@@ -51,12 +44,12 @@ func (s *Server) drop(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if configured {
-		writeError(w, http.StatusConflict, codeTableConfigured,
+		writeError(w, http.StatusConflict, api.CodeTableConfigured,
 			fmt.Sprintf("table %q is in the daemon's config, which would build it again: remove it from the config and reload (SIGHUP), then drop it", table))
 		return
 	}
 	if busy != nil {
-		writeJSON(w, http.StatusConflict, apiError{Code: codeRunInProgress, Run: busy.id, Error: fmt.Sprintf(
+		writeJSON(w, http.StatusConflict, api.ErrorBody{Code: api.CodeRunInProgress, Run: busy.id, Error: fmt.Sprintf(
 			"run %d of table %q is queued or going: the drop waits for no run; cancel it (POST /v1/tables/%s/cancel) or let it end, then drop", busy.id, table, table)})
 		return
 	}
@@ -66,14 +59,14 @@ func (s *Server) drop(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	switch {
 	case errors.Is(err, store.ErrTableNotFound):
-		writeError(w, http.StatusNotFound, codeTableNotFound, err.Error())
+		writeError(w, http.StatusNotFound, api.CodeTableNotFound, err.Error())
 		return
 	case err != nil:
 		s.cfg.Log.Error().Err(err).Str(keyTable, table).Msg("drop failed")
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
 		return
 	}
 	s.metrics.tableDropped(table)
 	s.cfg.Log.Info().Str(keyTable, table).Uint64(keyGeneration, m.Generation).Int64("keys", m.Keys).Msg("table dropped")
-	writeJSON(w, http.StatusOK, dropJSON{Dropped: table, Generation: m.Generation, Keys: m.Keys})
+	writeJSON(w, http.StatusOK, api.Dropped{Table: table, Generation: m.Generation, Keys: m.Keys})
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -29,7 +30,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	}
 	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadEncoding, err.Error())
 		return
 	}
 	db := s.database(w)
@@ -126,7 +127,7 @@ func (s *Server) exportError(w http.ResponseWriter, table string, err error) {
 	case errors.Is(err, errSpoolFull):
 		s.spoolFullError(w, fmt.Sprintf("the export of table %q", table))
 	case errors.Is(err, exportdoc.ErrNotUTF8):
-		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+		writeError(w, http.StatusUnprocessableEntity, api.CodeNotUTF8, err.Error()+"; ask with encoding=base64")
 	default:
 		s.readError(w, table, err)
 	}

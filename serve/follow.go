@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -373,27 +374,6 @@ func (s *Server) catchUpFunc(table string) func(context.Context) (map[int32]int6
 	}
 }
 
-// followJSON is a followed table's follower in GET /v1/tables/{table}.
-type followJSON struct {
-	Running        bool    `json:"running"`
-	Error          *string `json:"error"`
-	ErrorAt        *string `json:"error_at"`
-	MaxLag         int64   `json:"max_lag"`
-	Lag            *int64  `json:"lag"` // the largest partition lag; null before the first live marks
-	RecordsApplied int64   `json:"records_applied"`
-	Applies        int64   `json:"applies"`
-	ApplyRate      float64 `json:"apply_rate"` // records per second, last ~10s
-	LastApply      *string `json:"last_apply"`
-}
-
-// partitionAndLiveJSON is a checkpoint partition, with the live marks of a
-// followed table.
-type partitionAndLiveJSON struct {
-	checkpoint.Partition
-	LiveHigh *int64 `json:"live_high,omitempty"`
-	Lag      *int64 `json:"lag,omitempty"`
-}
-
 // followView is a snapshot of one followed table's follower.
 type followView struct {
 	running bool
@@ -441,18 +421,14 @@ func (s *Server) followInfo(table string) (followView, bool) {
 }
 
 // json renders the follower for the API.
-func (v followView) json() *followJSON {
-	out := &followJSON{Running: v.running, MaxLag: v.maxLag, RecordsApplied: v.snap.Records, Applies: v.snap.Applies, ApplyRate: v.snap.Rate}
+func (v followView) json() *api.Follow {
+	out := &api.Follow{Running: v.running, MaxLag: v.maxLag, RecordsApplied: v.snap.Records, Applies: v.snap.Applies,
+		ApplyRate: v.snap.Rate, LastApply: v.snap.LastApply}
 	if v.err != nil {
-		msg, at := v.err.Error(), v.errAt.UTC().Format(time.RFC3339)
-		out.Error, out.ErrorAt = &msg, &at
+		out.Error, out.ErrorAt = v.err.Error(), v.errAt
 	}
 	if lag := v.snap.MaxLag(); lag >= 0 {
 		out.Lag = &lag
-	}
-	if !v.snap.LastApply.IsZero() {
-		t := v.snap.LastApply.UTC().Format(time.RFC3339Nano)
-		out.LastApply = &t
 	}
 	return out
 }
@@ -489,13 +465,13 @@ func (v followView) notReady() string {
 }
 
 // withLive adds the live marks to the checkpoint's partitions.
-func (v followView) withLive(parts []partitionAndLiveJSON) []partitionAndLiveJSON {
+func (v followView) withLive(parts []api.Partition) []api.Partition {
 	live := map[int32]materialize.PartitionStatus{}
 	for _, p := range v.snap.Partitions {
 		live[p.Partition] = p
 	}
 	for i := range parts {
-		p, ok := live[parts[i].Partition.Partition]
+		p, ok := live[parts[i].Partition]
 		if !ok || p.LiveHigh < 0 {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -94,7 +95,7 @@ func (s *Server) database(w http.ResponseWriter) *store.DB {
 	db := s.db
 	s.mu.Unlock()
 	if db == nil {
-		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, "the daemon is shutting down")
+		writeError(w, http.StatusServiceUnavailable, api.CodeShuttingDown, "the daemon is shutting down")
 	}
 	return db
 }
@@ -103,7 +104,7 @@ func (s *Server) database(w http.ResponseWriter) *store.DB {
 func tableParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name := r.PathValue("table")
 	if err := checkTableName(name); err != nil {
-		writeError(w, http.StatusBadRequest, codeBadTableName, err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadTableName, err.Error())
 		return "", false
 	}
 	return name, true
@@ -118,7 +119,7 @@ func checkParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool
 			ok = ok || k == a
 		}
 		if !ok {
-			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("unknown query parameter %q (this route takes %s)", k, strings.Join(allowed, ", ")))
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("unknown query parameter %q (this route takes %s)", k, strings.Join(allowed, ", ")))
 			return false
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/kmaterialize/kmaterialize/api"
 )
 
 // Exports, diffs and counts read a whole table (or two generations) at
@@ -32,7 +34,7 @@ func (s *Server) heavySlot(w http.ResponseWriter, what string) (release func(), 
 		}, true
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(heavyRetryAfter))
-		writeError(w, http.StatusServiceUnavailable, codeBusy,
+		writeError(w, http.StatusServiceUnavailable, api.CodeBusy,
 			fmt.Sprintf("%s: %d exports, diffs and counts are running already (max_heavy_requests): try again after Retry-After", what, cap(s.heavy)))
 		return nil, false
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/internal/apitest"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -365,7 +366,7 @@ func (c *client) scan(t *testing.T, table string, limit int) (rows oracle, gen u
 		}
 		r := c.get(t, "/v1/tables/"+url.PathEscape(table)+"/rows?"+q.Encode())
 		if r.status == http.StatusConflict && page > 0 {
-			if e := r.apiErr(t); e.Code != codeGenerationGone {
+			if e := r.apiErr(t); e.Code != api.CodeGenerationGone {
 				t.Fatalf("409 code %q", e.Code)
 			}
 			return nil, gen, false

@@ -6,18 +6,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
-
-// rollbackResult is the body of POST .../rollback.
-type rollbackResult struct {
-	// Generation is the generation published now.
-	Generation uint64 `json:"generation"`
-	// From is the generation published before, now kept.
-	From uint64 `json:"from"`
-	Keys int64  `json:"keys"`
-}
 
 // rollback makes a kept generation of a table the published one
 // (store.DB.Rollback): ?generation=G, or the newest kept one without it.
@@ -34,7 +26,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > 0 {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "a rollback request carries no body")
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a rollback request carries no body")
 		return
 	}
 	db := s.database(w)
@@ -48,7 +40,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Log.Info().Str(keyTable, table).Uint64("from", res.From.Generation).Uint64("generation", res.To.Generation).
 		Msg("rolled back: a kept generation is published again, the previous one kept")
-	writeJSON(w, http.StatusOK, rollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})
+	writeJSON(w, http.StatusOK, api.RollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})
 }
 
 // diff sends the keys two generations of a table differ in as JSON lines
@@ -98,14 +90,14 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 		s.spoolFullError(w, fmt.Sprintf("the diff of table %q", table))
 		return
 	case errors.Is(err, exportdoc.ErrNotUTF8):
-		writeError(w, http.StatusBadRequest, codeNotUTF8, err.Error()+": ask with encoding=base64")
+		writeError(w, http.StatusBadRequest, api.CodeNotUTF8, err.Error()+": ask with encoding=base64")
 		return
 	case err != nil:
 		s.historyError(w, table, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Kmaterialize-Diff", fmt.Sprintf("%d..%d", rng.From, rng.To))
+	w.Header().Set(api.HeaderDiff, fmt.Sprintf("%d..%d", rng.From, rng.To))
 	if err := sf.send(w); err != nil {
 		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("diff aborted mid-response")
 		panic(http.ErrAbortHandler)
@@ -135,14 +127,14 @@ func parseDiff(w http.ResponseWriter, r *http.Request) (diffQuery, bool) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want a number, 0 or more", v))
+			writeError(w, http.StatusBadRequest, api.CodeBadLimit, fmt.Sprintf("limit %q: want a number, 0 or more", v))
 			return q, false
 		}
 		q.limit = n
 	}
 	b64, err := parseEncoding(r.URL.Query().Get("encoding"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadEncoding, err.Error())
 		return q, false
 	}
 	q.b64 = b64
@@ -158,7 +150,7 @@ func generationParam(w http.ResponseWriter, r *http.Request, name string) (uint6
 	}
 	g, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || g == 0 {
-		writeError(w, http.StatusBadRequest, codeBadGeneration, fmt.Sprintf("%s %q: want a generation number", name, v))
+		writeError(w, http.StatusBadRequest, api.CodeBadGeneration, fmt.Sprintf("%s %q: want a generation number", name, v))
 		return 0, false
 	}
 	return g, true
@@ -167,7 +159,7 @@ func generationParam(w http.ResponseWriter, r *http.Request, name string) (uint6
 // historyError answers a Rollback or Diff error.
 func (s *Server) historyError(w http.ResponseWriter, table string, err error) {
 	if errors.Is(err, store.ErrGenerationNotFound) {
-		writeError(w, http.StatusNotFound, codeGenerationNotFound, err.Error())
+		writeError(w, http.StatusNotFound, api.CodeGenerationNotFound, err.Error())
 		return
 	}
 	s.readError(w, table, err)

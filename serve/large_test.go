@@ -25,6 +25,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
@@ -392,7 +393,7 @@ func TestSpoolFullAndBusy(t *testing.T) {
 		t.Fatalf("rebuild: %d %s", r.status, r.body)
 	}
 	r := d.c.get(t, "/v1/tables/t/diff")
-	if r.status != http.StatusServiceUnavailable || r.apiErr(t).Code != codeSpoolFull || r.header.Get("Retry-After") == "" {
+	if r.status != http.StatusServiceUnavailable || r.apiErr(t).Code != api.CodeSpoolFull || r.header.Get("Retry-After") == "" {
 		t.Fatalf("diff over the spool limit: %d %s (Retry-After %q), want 503 spool_full", r.status, r.body, r.header.Get("Retry-After"))
 	}
 	if ents, err := os.ReadDir(store.SpoolDir(cfg.DBPath)); err == nil && len(ents) > 0 {
@@ -413,7 +414,7 @@ func TestSpoolFullAndBusy(t *testing.T) {
 	<-sr.read
 	for _, p := range []string{"/v1/tables/t/export", "/v1/tables/t/count", "/v1/tables/t/diff?limit=1"} {
 		r := d.c.get(t, p)
-		if r.status != http.StatusServiceUnavailable || r.apiErr(t).Code != codeBusy || r.header.Get("Retry-After") != strconv.Itoa(heavyRetryAfter) {
+		if r.status != http.StatusServiceUnavailable || r.apiErr(t).Code != api.CodeBusy || r.header.Get("Retry-After") != strconv.Itoa(heavyRetryAfter) {
 			t.Fatalf("GET %s while an export runs with max_heavy_requests 1: %d %s, want 503 busy with Retry-After", p, r.status, r.body)
 		}
 	}

@@ -33,7 +33,7 @@ func TestOpenAPIHandler(t *testing.T) {
 	rec = httptest.NewRecorder()
 	s.openapi(rec, httptest.NewRequest("GET", "/v1/openapi.json?x=1", nil))
 	var e apiError
-	if err := json.Unmarshal(rec.Body.Bytes(), &e); rec.Code != http.StatusBadRequest || err != nil || e.Code != codeBadRequest {
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); rec.Code != http.StatusBadRequest || err != nil || e.Code != api.CodeBadRequest {
 		t.Fatalf("GET /v1/openapi.json?x=1: %d %s", rec.Code, rec.Body)
 	}
 }

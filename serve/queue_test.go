@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -261,7 +262,7 @@ func TestCancelAndShutdown(t *testing.T) {
 	for _, n := range names {
 		gens[n] = *c.table(t, n).Generation
 	}
-	if e := post("/v1/tables/a/cancel", http.StatusNotFound).apiErr(t); e.Code != codeNoRun {
+	if e := post("/v1/tables/a/cancel", http.StatusNotFound).apiErr(t); e.Code != api.CodeNoRun {
 		t.Fatalf("cancel with no run: code %s", e.Code)
 	}
 	for _, n := range names {
@@ -385,7 +386,7 @@ func TestDropTakesRunLock(t *testing.T) {
 	upd := postAsync(c, "/v1/tables/x/update")
 	<-entered // the condition: the update is going
 	r := c.do(t, "DELETE", "/v1/tables/x", nil)
-	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != codeRunInProgress || e.Run == 0 {
+	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != api.CodeRunInProgress || e.Run == 0 {
 		t.Fatalf("DELETE during an update: %d %s, want 409 run_in_progress naming the run", r.status, r.body)
 	}
 	if st := c.table(t, "x"); st.Generation == nil {

@@ -9,15 +9,18 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
-// HeaderGeneration names the generation that answered a read.
-const HeaderGeneration = "Kmaterialize-Generation"
-
-// HeaderMore is "true" on a rows page when rows follow its last one.
-const HeaderMore = "Kmaterialize-More"
+// HeaderGeneration names the generation that answered a read; HeaderMore
+// is "true" on a rows page when rows follow its last one. api names them;
+// kept here for the programs that import serve.
+const (
+	HeaderGeneration = api.HeaderGeneration
+	HeaderMore       = api.HeaderMore
+)
 
 // Limits of the rows route.
 const (
@@ -37,15 +40,15 @@ func (s *Server) readError(w http.ResponseWriter, table string, err error) {
 		}
 		if configured {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
-			writeError(w, http.StatusServiceUnavailable, codeTableNotReady,
+			writeError(w, http.StatusServiceUnavailable, api.CodeTableNotReady,
 				fmt.Sprintf("table %q has not been published yet: its first build has not finished (see GET /v1/tables/%s)", table, table))
 			return
 		}
-		writeError(w, http.StatusNotFound, codeTableNotFound, err.Error())
+		writeError(w, http.StatusNotFound, api.CodeTableNotFound, err.Error())
 		return
 	}
 	s.cfg.Log.Error().Err(err).Str(keyTable, table).Msg("read failed")
-	writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+	writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
 }
 
 // names returns every table the file holds and every configured one, sorted.
@@ -82,8 +85,8 @@ func (s *Server) listTables(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Tables []tableJSON `json:"tables"`
-	}{Tables: []tableJSON{}}
+		Tables []api.Table `json:"tables"`
+	}{Tables: []api.Table{}}
 	for _, n := range names {
 		t, found, err := s.describe(db, n)
 		if err != nil {
@@ -111,10 +114,10 @@ func (s *Server) getTable(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.readError(w, table, err)
 	case !found:
-		writeError(w, http.StatusNotFound, codeTableNotFound, fmt.Sprintf("table %q is neither in the database nor configured (GET /v1/tables lists them)", table))
+		writeError(w, http.StatusNotFound, api.CodeTableNotFound, fmt.Sprintf("table %q is neither in the database nor configured (GET /v1/tables lists them)", table))
 	default:
-		if t.Generation != nil {
-			w.Header().Set(HeaderGeneration, strconv.FormatUint(*t.Generation, 10))
+		if t.Generation != 0 {
+			w.Header().Set(HeaderGeneration, strconv.FormatUint(t.Generation, 10))
 		}
 		writeJSON(w, http.StatusOK, t)
 	}
@@ -127,7 +130,7 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	}
 	key := []byte(r.PathValue("key"))
 	if len(key) == 0 || len(key) > bolt.MaxKeySize {
-		writeError(w, http.StatusBadRequest, codeBadKey, fmt.Sprintf("a key has 1 to %d bytes, percent-encoded in the path", bolt.MaxKeySize))
+		writeError(w, http.StatusBadRequest, api.CodeBadKey, fmt.Sprintf("a key has 1 to %d bytes, percent-encoded in the path", bolt.MaxKeySize))
 		return
 	}
 	db := s.database(w)
@@ -154,7 +157,7 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
 	if !found {
-		writeError(w, http.StatusNotFound, codeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
+		writeError(w, http.StatusNotFound, api.CodeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -204,14 +207,14 @@ func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	q.rng, q.after = rangeParams(v), []byte(v.Get("after"))
 	keysOnly, err := parseBool("keys_only", v.Get("keys_only"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return q, false
 	}
 	q.keysOnly = keysOnly
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxRowsLimit {
-			writeError(w, http.StatusBadRequest, codeBadLimit, fmt.Sprintf("limit %q: want 1 to %d (default %d); page with after=", s, MaxRowsLimit, DefaultRowsLimit))
+			writeError(w, http.StatusBadRequest, api.CodeBadLimit, fmt.Sprintf("limit %q: want 1 to %d (default %d); page with after=", s, MaxRowsLimit, DefaultRowsLimit))
 			return q, false
 		}
 		q.limit = n
@@ -219,14 +222,14 @@ func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	if s := v.Get("generation"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || n == 0 {
-			writeError(w, http.StatusBadRequest, codeBadGeneration, fmt.Sprintf("generation %q: want the positive number a first page's %s header gave", s, HeaderGeneration))
+			writeError(w, http.StatusBadRequest, api.CodeBadGeneration, fmt.Sprintf("generation %q: want the positive number a first page's %s header gave", s, HeaderGeneration))
 			return q, false
 		}
 		q.generation = n
 	}
 	b64, err := parseEncoding(v.Get("encoding"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadEncoding, err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadEncoding, err.Error())
 		return q, false
 	}
 	q.b64 = b64
@@ -297,13 +300,13 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, exportdoc.ErrNotUTF8):
-		writeError(w, http.StatusUnprocessableEntity, codeNotUTF8, err.Error()+"; ask with encoding=base64")
+		writeError(w, http.StatusUnprocessableEntity, api.CodeNotUTF8, err.Error()+"; ask with encoding=base64")
 		return
 	case err != nil:
 		s.readError(w, table, err)
 		return
 	case gone:
-		writeError(w, http.StatusConflict, codeGenerationGone,
+		writeError(w, http.StatusConflict, api.CodeGenerationGone,
 			fmt.Sprintf("generation %d of table %q is no longer published (now %d): start the scan again from the first page", q.generation, table, gen))
 		return
 	}

@@ -3,14 +3,10 @@ package serve
 import (
 	"fmt"
 	"net/http"
-)
+	"time"
 
-// readyTable is one table in /readyz's answer.
-type readyTable struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
-}
+	"github.com/kmaterialize/kmaterialize/api"
+)
 
 // readyz is 200 once every configured table has a published generation,
 // else 503 naming the tables that are not ready and why.
@@ -22,28 +18,28 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	names := s.configuredLocked()
 	s.mu.Unlock()
-	var tables, notReady []readyTable
+	var tables, notReady []api.ReadyTable
 	for _, n := range names {
 		t, _, err := s.describe(db, n)
 		if err != nil {
 			s.readError(w, n, err)
 			return
 		}
-		rt := readyTable{Name: n, State: t.State}
-		if fv, followed := s.followInfo(n); followed && t.Generation != nil {
+		rt := api.ReadyTable{Name: n, State: t.State}
+		if fv, followed := s.followInfo(n); followed && t.Generation != 0 {
 			if why := fv.notReady(); why != "" {
 				rt.Reason = why
 				notReady = append(notReady, rt)
 			}
 		}
-		if t.Generation == nil {
+		if t.Generation == 0 {
 			switch {
 			case t.State == StateBuilding:
 				rt.Reason = "its first build is running"
 			case t.State == StateQueued:
 				rt.Reason = "its first build is queued (max_concurrent_runs)"
-			case t.LastError != nil && t.Retry != nil && t.Retry.Next != nil:
-				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s; retried at %s", t.LastError.ExitCode, t.LastError.Error, *t.Retry.Next)
+			case t.LastError != nil && t.Retry != nil && !t.Retry.Next.IsZero():
+				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s; retried at %s", t.LastError.ExitCode, t.LastError.Error, t.Retry.Next.UTC().Format(time.RFC3339Nano))
 			case t.LastError != nil:
 				rt.Reason = fmt.Sprintf("its first build failed (exit code %d): %s", t.LastError.ExitCode, t.LastError.Error)
 			default:
@@ -54,14 +50,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		tables = append(tables, rt)
 	}
 	if len(notReady) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, apiError{
+		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{
 			Error: fmt.Sprintf("%d of %d configured tables are not ready (no published generation yet, or following and behind)", len(notReady), len(names)),
-			Code:  codeNotReady, Tables: notReady,
+			Code:  api.CodeNotReady, Tables: notReady,
 		})
 		return
 	}
 	if tables == nil {
-		tables = []readyTable{}
+		tables = []api.ReadyTable{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "tables": tables})
 }

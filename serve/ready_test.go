@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -46,7 +47,7 @@ func TestReadinessAndReload(t *testing.T) {
 	waitFor(t, "b's first build to fail", 60*time.Second, func() bool { return c.table(t, "b").State == StateFailed })
 	r := c.get(t, "/readyz")
 	e := r.apiErr(t)
-	if r.status != http.StatusServiceUnavailable || e.Code != codeNotReady || len(e.Tables) != 2 {
+	if r.status != http.StatusServiceUnavailable || e.Code != api.CodeNotReady || len(e.Tables) != 2 {
 		t.Fatalf("readyz before any publish: %d %s", r.status, r.body)
 	}
 	if e.Tables[0].Name != "a" || e.Tables[0].State != StateBuilding || e.Tables[0].Reason != "its first build is running" ||
@@ -91,7 +92,7 @@ func TestReadinessAndReload(t *testing.T) {
 	if diff := cmp.Diff(wantA, rowsA); diff != "" {
 		t.Fatalf("removed table a (-oracle +got):\n%s", diff)
 	}
-	if r := c.do(t, "POST", "/v1/tables/a/rebuild", nil); r.status != http.StatusNotFound || r.apiErr(t).Code != codeTableNotConfigured {
+	if r := c.do(t, "POST", "/v1/tables/a/rebuild", nil); r.status != http.StatusNotFound || r.apiErr(t).Code != api.CodeTableNotConfigured {
 		t.Fatalf("rebuild of a removed table: %d %s", r.status, r.body)
 	}
 	if r := c.get(t, "/readyz"); r.status != 200 {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -83,7 +84,7 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 	}
 	waitParked(t, p)
 	r = c.do(t, "POST", "/v1/tables/t/rebuild", nil)
-	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != codeRunInProgress || e.Run != started.Run {
+	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != api.CodeRunInProgress || e.Run != started.Run {
 		t.Fatalf("second POST: %d %s, want 409 run_in_progress naming run %d", r.status, r.body, started.Run)
 	}
 	if tj := c.table(t, "t"); tj.State != StateRebuilding || *tj.Generation != gen1 || tj.Run == nil || tj.Run.ID != started.Run {
@@ -138,7 +139,7 @@ func TestReadsDuringRebuildSwitchAtPublish(t *testing.T) {
 		checkKeys(t, c, "t", gen1, old, &gen2, neu)
 	}
 	r = c.get(t, fmt.Sprintf("/v1/tables/t/rows?limit=5&after=%s&generation=%d", lastKey(t, first.body), gen1))
-	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != codeGenerationGone {
+	if e := r.apiErr(t); r.status != http.StatusConflict || e.Code != api.CodeGenerationGone {
 		t.Fatalf("page pinned to the gone generation: %d %s, want 409 generation_gone", r.status, r.body)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -39,20 +40,9 @@ type retryState struct {
 	next     time.Time     // when the retry is queued; zero once it is
 }
 
-// retryJSON is the retry beside a table's state in GET /v1/tables/{table}.
-type retryJSON struct {
-	Next     *string `json:"next"` // null while the retry is queued or running
-	Attempts int     `json:"attempts"`
-	Backoff  string  `json:"backoff"`
-}
-
-func (r *retryState) json() *retryJSON {
-	out := &retryJSON{Attempts: r.attempts, Backoff: r.backoff.String()}
-	if !r.next.IsZero() {
-		n := r.next.UTC().Format(time.RFC3339Nano)
-		out.Next = &n
-	}
-	return out
+// json is the retry beside a table's state in GET /v1/tables/{table}.
+func (r *retryState) json() *api.Retry {
+	return &api.Retry{Next: r.next, Attempts: r.attempts, Backoff: r.backoff}
 }
 
 // published reports whether table has a published generation (an error
@@ -157,18 +147,19 @@ func (s *Server) buildFailed(w http.ResponseWriter, table string) bool {
 		return false
 	}
 	last := *st.last
-	var rj *retryJSON
+	var rj *api.Retry
 	if st.retry != nil {
 		rj = st.retry.json()
 	}
 	s.mu.Unlock()
-	ae := apiError{Code: codeTableBuildFailed, Reason: last.Err.Error(), ExitCode: last.ExitCode}
-	if rj != nil && rj.Next != nil {
-		ae.NextRetry, ae.Attempts = rj.Next, rj.Attempts
+	ae := api.ErrorBody{Code: api.CodeTableBuildFailed, Reason: last.Err.Error(), ExitCode: last.ExitCode}
+	if rj != nil && !rj.Next.IsZero() {
+		next := rj.Next.UTC().Format(time.RFC3339Nano)
+		ae.NextRetry, ae.Attempts = next, rj.Attempts
 		if d := s.nextRetryTime(table).Sub(s.now()); d > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())+1))
 		}
-		ae.Error = fmt.Sprintf("table %q has not been published: its first build failed (exit code %d) and is tried again at %s (attempt %d)", table, last.ExitCode, *rj.Next, rj.Attempts+1)
+		ae.Error = fmt.Sprintf("table %q has not been published: its first build failed (exit code %d) and is tried again at %s (attempt %d)", table, last.ExitCode, next, rj.Attempts+1)
 	} else {
 		ae.Error = fmt.Sprintf("table %q has not been published: its first build failed (exit code %d); it is not retried by itself: POST /v1/tables/%s/rebuild or a reload (SIGHUP) tries again", table, last.ExitCode, table)
 	}

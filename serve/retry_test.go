@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -54,7 +55,7 @@ func TestFirstBuildRetriedUntilTopicExists(t *testing.T) {
 			t.Fatalf("read of a table never built: %d %s", r.status, r.body)
 		}
 		e = r.apiErr(t)
-		return e.Code == codeTableBuildFailed
+		return e.Code == api.CodeTableBuildFailed
 	})
 	if e.ExitCode != 5 || !strings.Contains(e.Reason, topic) || e.NextRetry == nil || e.Attempts < 1 {
 		t.Fatalf("table_build_failed %+v: want exit code 5, the reason naming topic %s, next_retry and attempts", e, topic)
@@ -99,7 +100,7 @@ func TestFirstBuildNotRetriedUntilReload(t *testing.T) {
 		t.Fatalf("failed with exit code 1: retry %+v last_error %+v, want no retry", tj.Retry, tj.LastError)
 	}
 	r := c.get(t, "/v1/tables/bad/rows")
-	if e := r.apiErr(t); r.status != http.StatusServiceUnavailable || e.Code != codeTableBuildFailed || e.NextRetry != nil || e.ExitCode != 1 {
+	if e := r.apiErr(t); r.status != http.StatusServiceUnavailable || e.Code != api.CodeTableBuildFailed || e.NextRetry != nil || e.ExitCode != 1 {
 		t.Fatalf("read: %d %s, want 503 table_build_failed without next_retry", r.status, r.body)
 	}
 	if err := d.s.SetTables([]Table{bad}); err != nil {

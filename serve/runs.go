@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 )
 
@@ -267,14 +268,6 @@ func waitRun(ctx context.Context, r *run) (runResult, bool) {
 	}
 }
 
-// rebuildResult is the body of POST .../rebuild?wait=1.
-type rebuildResult struct {
-	Run        uint64  `json:"run"`
-	ExitCode   int     `json:"exit_code"`
-	Error      *string `json:"error"`
-	Generation *uint64 `json:"generation"`
-}
-
 // rebuild starts a run of a configured table, as configured: the request
 // carries no options.
 func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
@@ -291,35 +284,35 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		wait = true
 	default:
-		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
 		return
 	}
 	if r.ContentLength > 0 {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "a rebuild request carries no body: the daemon's config decides how the table is built")
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a rebuild request carries no body: the daemon's config decides how the table is built")
 		return
 	}
 	s.mu.Lock()
 	_, configured := s.tables[table]
 	s.mu.Unlock()
 	if !configured {
-		writeError(w, http.StatusNotFound, codeTableNotConfigured,
+		writeError(w, http.StatusNotFound, api.CodeTableNotConfigured,
 			fmt.Sprintf("table %q is not in the daemon's config, so the daemon cannot rebuild it; add it to the config and reload (SIGHUP)", table))
 		return
 	}
 	run, err := s.startRun(table, triggerRequest)
 	switch {
 	case errors.Is(err, errRunning):
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: codeRunInProgress, Run: run.id})
+		writeJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("a run of table %q is already running or queued (run %d; POST /v1/tables/%s/cancel cancels it)", table, run.id, table), Code: api.CodeRunInProgress, Run: run.id})
 		return
 	case errors.Is(err, errStopping):
-		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		writeError(w, http.StatusServiceUnavailable, api.CodeShuttingDown, err.Error())
 		return
 	case err != nil:
-		writeError(w, http.StatusNotFound, codeTableNotConfigured, err.Error())
+		writeError(w, http.StatusNotFound, api.CodeTableNotConfigured, err.Error())
 		return
 	}
 	if !wait {
-		writeJSON(w, http.StatusAccepted, map[string]uint64{"run": run.id})
+		writeJSON(w, http.StatusAccepted, api.RebuildResult{Run: run.id})
 		return
 	}
 	// A rebuild takes as long as it takes: no write deadline while waiting.
@@ -330,20 +323,19 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 	if !done {
 		return // the client went away; the run goes on
 	}
-	out := rebuildResult{Run: res.ID, ExitCode: res.ExitCode}
+	out := api.RebuildResult{Run: res.ID, Done: true, ExitCode: res.ExitCode, Generation: res.Generation}
 	if res.Err != nil {
-		msg := res.Err.Error()
-		out.Error = &msg
+		out.Error = res.Err.Error()
 	}
-	if res.Generation != 0 {
-		g := res.Generation
-		out.Generation = &g
-	} else if db := s.database(w); db != nil {
-		if m, err := db.Table(table); err == nil {
-			out.Generation = &m.Generation
+	if res.Generation == 0 {
+		// The run published nothing: the generation still served.
+		db := s.database(w)
+		if db == nil {
+			return
 		}
-	} else {
-		return
+		if m, err := db.Table(table); err == nil {
+			out.Generation = m.Generation
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -139,7 +140,7 @@ func (sf *spoolFile) close() {
 // spoolFullError answers 503 spool_full.
 func (s *Server) spoolFullError(w http.ResponseWriter, what string) {
 	w.Header().Set("Retry-After", strconv.Itoa(heavyRetryAfter))
-	writeError(w, http.StatusServiceUnavailable, codeSpoolFull,
+	writeError(w, http.StatusServiceUnavailable, api.CodeSpoolFull,
 		fmt.Sprintf("%s would take the spool (%s) past spool_max_bytes (%d bytes, shared by the answers being sent): try again later, ask for less (a diff's limit=, a scan's range), or raise spool_max_bytes",
 			what, s.spool.dir, s.spool.limit))
 }

@@ -1,16 +1,18 @@
 package serve
 
-// Table states: the "state" of GET /v1/tables/{table} and /readyz.
-// tableState decides them, in one place; docs/daemon.md lists them in the
-// same order.
+import "github.com/kmaterialize/kmaterialize/api"
+
+// Table states: the "state" of GET /v1/tables/{table} and /readyz, as api
+// names them (kept here for the programs that import serve). tableState
+// decides them, in one place; docs/daemon.md lists them in the same order.
 const (
-	StateEmpty      = "empty"      // never published, no run queued or going
-	StateQueued     = "queued"     // a run waits in the queue (published or not)
-	StateBuilding   = "building"   // never published, its first build running
-	StateRebuilding = "rebuilding" // published and served while a run goes
-	StateFailed     = "failed"     // the last run failed, or following stopped; the previous generation (if any) is served
-	StateFollowing  = "following"  // published, its follower applying what the topic gains
-	StateReady      = "ready"      // published, its last run succeeded
+	StateEmpty      = api.StateEmpty
+	StateQueued     = api.StateQueued
+	StateBuilding   = api.StateBuilding
+	StateRebuilding = api.StateRebuilding
+	StateFailed     = api.StateFailed
+	StateFollowing  = api.StateFollowing
+	StateReady      = api.StateReady
 )
 
 // stateInputs is what a table's state is computed from.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -20,20 +21,6 @@ const triggerUpdate = "update"
 // with the daemon's brokers and the table's stored definition). ctx ends on
 // shutdown; an update that returns after it ended must not have published.
 type UpdateFunc func(ctx context.Context, db *store.DB, table string, rebuildIfNeeded bool, log zerolog.Logger) (materialize.Report, error)
-
-// updateResult is the body of POST .../update: the run's outcome, as the
-// CLI's update prints it.
-type updateResult struct {
-	Run        uint64  `json:"run"`
-	ExitCode   int     `json:"exit_code"`
-	Error      *string `json:"error"`
-	Generation *uint64 `json:"generation"`
-	// Mode is materialize.Report.Mode: "in-place", "merged" or "rebuilt".
-	Mode    string `json:"mode,omitempty"`
-	Keys    int64  `json:"keys"`
-	Records int64  `json:"records"` // new records the update read
-	Updates int64  `json:"updates"` // updates since the last full rebuild
-}
 
 // update runs an incremental update of a table the database holds, from its
 // stored definition, and answers when it ends: the request carries only
@@ -53,15 +40,15 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		rebuild = true
 	default:
-		writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("rebuild_if_needed %q: want 1 or 0", v))
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("rebuild_if_needed %q: want 1 or 0", v))
 		return
 	}
 	if r.ContentLength > 0 {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "an update request carries no body: the table's stored definition decides how it is updated")
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "an update request carries no body: the table's stored definition decides how it is updated")
 		return
 	}
 	if s.cfg.Update == nil {
-		writeError(w, http.StatusNotFound, codeTableNotConfigured, "this daemon runs no updates (no Update function configured)")
+		writeError(w, http.StatusNotFound, api.CodeTableNotConfigured, "this daemon runs no updates (no Update function configured)")
 		return
 	}
 	if db := s.database(w); db == nil || s.refuseChangedDefinition(w, db, table) {
@@ -70,18 +57,18 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	run, rep, err := s.startUpdate(table, rebuild)
 	switch {
 	case errors.Is(err, errFollowed):
-		writeError(w, http.StatusConflict, codeTableFollowed, fmt.Sprintf(
+		writeError(w, http.StatusConflict, api.CodeTableFollowed, fmt.Sprintf(
 			"table %q is followed: the daemon's follower keeps it current, and an update would race it "+
 				"(to update it on demand instead, set follow: false in the config and reload the daemon)", table))
 		return
 	case errors.Is(err, errRunning):
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("a run of table %q is already going (run %d)", table, run.id), Code: codeRunInProgress, Run: run.id})
+		writeJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("a run of table %q is already going (run %d)", table, run.id), Code: api.CodeRunInProgress, Run: run.id})
 		return
 	case errors.Is(err, errStopping):
-		writeError(w, http.StatusServiceUnavailable, codeShuttingDown, err.Error())
+		writeError(w, http.StatusServiceUnavailable, api.CodeShuttingDown, err.Error())
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
@@ -89,22 +76,20 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	if !done {
 		return // the client went away; the run goes on
 	}
-	out := updateResult{Run: res.ID, ExitCode: res.ExitCode}
+	out := api.UpdateResult{Run: res.ID, ExitCode: res.ExitCode}
 	if res.Err != nil {
-		msg := res.Err.Error()
-		out.Error = &msg
+		out.Error = res.Err.Error()
 		if db := s.database(w); db == nil {
 			return
 		} else if m, err := db.Table(table); err == nil {
-			out.Generation = &m.Generation
+			out.Generation = m.Generation
 		}
 	} else {
-		g := res.Generation
-		out.Generation = &g
+		out.Generation = res.Generation
 		out.Mode, out.Keys, out.Records, out.Updates = rep.Mode, rep.Meta.Keys, rep.Replay.Records, rep.Checkpoint.Updates
 	}
 	if errors.Is(res.Err, store.ErrTableNotFound) {
-		writeError(w, http.StatusNotFound, codeTableNotFound, res.Err.Error())
+		writeError(w, http.StatusNotFound, api.CodeTableNotFound, res.Err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
