@@ -278,13 +278,9 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request) {
 	if !checkParams(w, r, "wait") {
 		return
 	}
-	wait := false
-	switch v := r.URL.Query().Get("wait"); v {
-	case "", "0", "false":
-	case "1", "true":
-		wait = true
-	default:
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("wait %q: want 1 or 0", v))
+	wait, err := parseBool("wait", r.URL.Query().Get("wait"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
 	if r.ContentLength > 0 {

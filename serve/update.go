@@ -34,13 +34,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	if !checkParams(w, r, "rebuild_if_needed") {
 		return
 	}
-	rebuild := false
-	switch v := r.URL.Query().Get("rebuild_if_needed"); v {
-	case "", "0", "false":
-	case "1", "true":
-		rebuild = true
-	default:
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("rebuild_if_needed %q: want 1 or 0", v))
+	rebuild, err := parseBool("rebuild_if_needed", r.URL.Query().Get("rebuild_if_needed"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
 	if r.ContentLength > 0 {
