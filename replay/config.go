@@ -90,8 +90,12 @@ type Config struct {
 	// stays within a memory budget. Default 0: records only.
 	BatchBytes int
 	// Headers asks for record headers in record.Record.Headers (off by
-	// default: converting them costs an allocation per record).
+	// default: they cost a record its headers' bytes in the batch).
 	Headers bool
+	// perRecord reads with confluent-kafka-go's Poll, one message a call,
+	// instead of in batches (batch.go): the tests' oracle for the batch
+	// reader.
+	perRecord bool
 	// ProgressInterval is how often Progress is called. Default 1s.
 	ProgressInterval time.Duration
 	// Progress, if set, is called from the read loop with a snapshot.

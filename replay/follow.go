@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
@@ -211,6 +212,9 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	}
 	f := &follower{c: c, cl: cl, parts: map[int32]*followPart{}, added: make(chan []PartitionBounds, 1)}
 	f.pr = &partReader{c: c.Config, cl: cl, d: f, op: "follow", logPrefix: "follow: ", lowsTimeout: f.timeout()}
+	if f.bq = f.pr.openBatches(); f.bq != nil {
+		defer f.bq.close()
+	}
 	if err := f.assign(plan); err != nil {
 		return err
 	}
@@ -242,6 +246,9 @@ type followPart struct {
 	// in offset order; heldBytes their keys' and values' lengths.
 	held      []record.Record
 	heldBytes int64
+	// owned is how many of the first held records have bytes of their
+	// own (own), not slices of a batch's arena.
+	owned int
 	// stable are the stable offsets seen above out, ascending.
 	stable []int64
 }
@@ -268,6 +275,48 @@ func (st *followPart) read(r record.Record) {
 	st.pos = r.Offset + 1
 }
 
+// own copies the bytes of the held records that still point into a batch's
+// arena (batch.go) into one allocation of the partition's own, so that
+// what stays held pins no arena: an arena holds every partition's records
+// of its batch, and one record held for an open transaction would keep
+// alive the bytes of all the others, delivered long ago. Each record is
+// copied at most once.
+func (st *followPart) own() {
+	rest := st.held[st.owned:]
+	if len(rest) == 0 {
+		return
+	}
+	size := 0
+	for _, r := range rest {
+		size += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+	}
+	buf := make([]byte, 0, size)
+	keep := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		at := len(buf)
+		buf = append(buf, b...)
+		return buf[at:len(buf):len(buf)]
+	}
+	for i := range rest {
+		r := &rest[i]
+		r.Key, r.Value = keep(r.Key), keep(r.Value)
+		if len(r.Headers) > 0 {
+			hs := make([]record.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				k := keep([]byte(h.Key))
+				hs[j] = record.Header{Key: unsafe.String(unsafe.SliceData(k), len(k)), Value: keep(h.Value)}
+			}
+			r.Headers = hs
+		}
+	}
+	st.owned = len(st.held)
+}
+
 // cut is where a batch may end in this partition now: the largest stable
 // offset seen that the position has reached, if it is above out.
 func (st *followPart) cut() (int64, bool) {
@@ -291,6 +340,7 @@ func (st *followPart) take(at int64) []record.Record {
 	for _, r := range out {
 		st.heldBytes -= int64(len(r.Key) + len(r.Value))
 	}
+	st.owned = max(st.owned-n, 0)
 	if n == len(st.held) {
 		st.held = nil
 	} else {
@@ -321,6 +371,9 @@ type follower struct {
 	// pr reads the partitions for the loop: their records, EOFs and
 	// client errors (partreader.go); the follower is its driver.
 	pr *partReader
+	// bq is the queue the partitions are read from in batches (batch.go);
+	// nil: one message a Poll.
+	bq *batchQueue
 }
 
 // assign checks the start positions against the captured marks and assigns
@@ -365,8 +418,27 @@ func (f *follower) assign(plan Plan) error {
 		f.known.Store(pb.Partition, true)
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: pb.Partition, Offset: kafka.Offset(st.pos)})
 	}
+	if err := f.forward(tps); err != nil {
+		return err
+	}
 	if err := f.cl.consumer.Assign(tps); err != nil {
 		return wrapErr("assign", topic, -1, -1, err)
+	}
+	return nil
+}
+
+// forward forwards the partitions' fetch queues to the batch queue before
+// they are assigned (batchQueue.forward).
+func (f *follower) forward(tps []kafka.TopicPartition) error {
+	if f.bq == nil {
+		return nil
+	}
+	parts := make([]int32, len(tps))
+	for i, tp := range tps {
+		parts[i] = tp.Partition
+	}
+	if err := f.bq.forward(parts); err != nil {
+		return wrapErr("assign", f.c.Topic, -1, -1, err)
 	}
 	return nil
 }
@@ -531,7 +603,27 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 		// budget: it must not overshoot by a round's records.
 		drained, n := false, 0
 		_, heldBytes := f.holding()
-		for n < f.c.BatchRecords && heldBytes < f.c.MaxBytes {
+		for n < f.c.BatchRecords && heldBytes < f.c.MaxBytes && f.bq != nil {
+			moved, err := f.pr.serveEvents(ctx)
+			if err != nil {
+				return err
+			}
+			br, err := f.pr.readBatch(ctx, f.bq, timeout, f.c.BatchRecords-n, f.c.MaxBytes-heldBytes)
+			timeout = 0
+			if err != nil {
+				return err
+			}
+			n += br.records
+			heldBytes += br.bytes
+			if moved || br.moved {
+				changed()
+			}
+			if br.messages == 0 {
+				drained = true
+				break
+			}
+		}
+		for n < f.c.BatchRecords && heldBytes < f.c.MaxBytes && f.bq == nil {
 			ev := f.cl.consumer.Poll(timeout)
 			timeout = 0
 			if ev == nil {
@@ -557,6 +649,11 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 			continue
 		}
 		b, ok := f.cut(heldBytes >= f.c.MaxBytes)
+		if f.bq != nil {
+			for _, st := range f.parts {
+				st.own()
+			}
+		}
 		if len(lows) > 0 {
 			b.Lows, lows, ok = lows, map[int32]int64{}, true
 		}
@@ -695,6 +792,9 @@ func (f *follower) addPartitions(added []PartitionBounds, lows map[int32]int64) 
 	}
 	if len(tps) == 0 {
 		return nil
+	}
+	if err := f.forward(tps); err != nil {
+		return err
 	}
 	if err := f.cl.consumer.IncrementalAssign(tps); err != nil {
 		return wrapErr("assign", topic, -1, -1, err)

@@ -96,26 +96,35 @@ func (pr *partReader) handle(ctx context.Context, ev kafka.Event) (moved bool, r
 		if e.TopicPartition.Error != nil {
 			return false, nil, pr.clientError(ctx, e.TopicPartition.Partition, e.TopicPartition.Error)
 		}
-		pos, reading := pr.d.position(e.TopicPartition.Partition)
-		off := int64(e.TopicPartition.Offset)
-		if !reading || off < pos {
-			// Prefetched past the end of a finished partition, or
-			// already seen (never expected with assign).
+		if !pr.wanted(e.TopicPartition.Partition, int64(e.TopicPartition.Offset)) {
 			return false, nil, nil
 		}
 		r := pr.record(e)
 		moved, err := pr.d.record(r)
 		return moved, &r, err
 	case kafka.PartitionEOF:
-		if _, reading := pr.d.position(e.Partition); !reading {
-			return false, nil, nil
-		}
-		moved, err := pr.d.eof(e.Partition, int64(e.Offset))
+		moved, err := pr.eof(e.Partition, int64(e.Offset))
 		return moved, nil, err
 	case kafka.Error:
 		return false, nil, pr.clientEvent(ctx, e)
 	}
 	return false, nil, nil
+}
+
+// wanted reports whether a record of partition p at off is to be read: not
+// one prefetched past the end of a finished partition, nor one already
+// seen (never expected with assign).
+func (pr *partReader) wanted(p int32, off int64) bool {
+	pos, reading := pr.d.position(p)
+	return reading && off >= pos
+}
+
+// eof applies a partition EOF at off, unless p is no longer read.
+func (pr *partReader) eof(p int32, off int64) (bool, error) {
+	if _, reading := pr.d.position(p); !reading {
+		return false, nil
+	}
+	return pr.d.eof(p, off)
 }
 
 // record builds the Record of a message, its headers copied when asked

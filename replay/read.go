@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -94,6 +95,9 @@ type reader struct {
 	// pr reads the partitions for the replay: their records, EOFs and
 	// client errors (partreader.go); the replay is its driver.
 	pr *partReader
+	// bq is the queue the partitions are read from in batches (batch.go);
+	// nil: one message a Poll.
+	bq *batchQueue
 	// lastAnswer is when the brokers last delivered anything (a record or
 	// a partition EOF); zero until the first.
 	lastAnswer time.Time
@@ -116,6 +120,16 @@ func (r *reader) run(ctx context.Context) (Result, error) {
 		assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: pb.Partition, Offset: kafka.Offset(pb.Start)})
 	}
 	if len(assign) > 0 {
+		if r.bq = r.pr.openBatches(); r.bq != nil {
+			defer r.bq.close()
+			parts := make([]int32, len(assign))
+			for i, tp := range assign {
+				parts[i] = tp.Partition
+			}
+			if err := r.bq.forward(parts); err != nil {
+				return r.result(), wrapErr("assign", topic, -1, -1, err)
+			}
+		}
 		if err := r.cl.consumer.Assign(assign); err != nil {
 			return r.result(), wrapErr("assign", topic, -1, -1, err)
 		}
@@ -154,9 +168,22 @@ func (r *reader) run(ctx context.Context) (Result, error) {
 	return r.result(), nil
 }
 
-// poll handles what one Poll returns, draining what is already queued
-// without blocking, and reports whether any partition's position moved.
+// poll reads one round: a batch of the batch queue and the consumer
+// queue's events, or (without a batch queue) what one Poll returns,
+// draining what is already queued without blocking. It reports whether any
+// partition's position moved.
 func (r *reader) poll(ctx context.Context) (bool, error) {
+	if r.bq != nil {
+		progressed, err := r.pr.serveEvents(ctx)
+		if err != nil || r.pending == 0 {
+			return progressed, err
+		}
+		br, err := r.pr.readBatch(ctx, r.bq, 100, r.c.BatchRecords, math.MaxInt64)
+		if br.answered {
+			r.lastAnswer = time.Now()
+		}
+		return progressed || br.moved, err
+	}
 	progressed, answered := false, false
 	timeout := 100
 	for i := 0; i < r.c.BatchRecords && r.pending > 0; i++ {
