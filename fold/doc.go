@@ -38,22 +38,27 @@
 //
 // This is the one statement of who owns a record's bytes, from the client to
 // the store; the other packages point here. A Record's Key, Value and
-// header values are immutable once the Record is built: package replay
-// builds each from the Kafka client's message (the client allocates fresh
-// bytes per message) and never writes or reuses them, nor the batch slice,
-// after handing a batch to its sink (replay.Sink). The sink (the rebuild's
-// writer) owns the batch from then on: it may queue and buffer it (within
-// its memory budget) until it has folded it, and drops it after. A Folder
-// may read a record's bytes during Fold and must copy what it keeps beyond
-// the call: Latest copies the last record of each key, and Count each
+// headers are immutable once the Record is built: package replay copies a
+// batch of the client's messages at a time into one arena of the batch's own
+// (replay's batch.go) and builds each Record's slices over it, or, read one
+// message at a time, from the bytes the client allocates per message; it
+// never writes or reuses an arena, its bytes, nor the batch slice, after
+// handing a batch to its sink (replay.Sink). A record's bytes therefore stay
+// valid as long as anything refers to them, and keeping one record keeps its
+// whole arena alive: whoever holds records past the batch (the follower, for
+// a transaction) copies them out (replay's followPart.own). The sink (the
+// rebuild's writer) owns the batch from then on: it may queue and buffer it
+// (within its memory budget) until it has folded it, and drops it after. A
+// Folder may read a record's bytes during Fold and must copy what it keeps
+// beyond the call: Latest copies the last record of each key, and Count each
 // identity and the digest of its content, into their own chunks (held.go).
-// The store owns what it is handed to write: a write transaction copies
-// the values it keeps (store.Generation.Write, store.DB.Apply), a spill
-// copies rows into a run file (store.Generation.SpillRun), and a merge copies rows into its
-// blocks (store.Generation.WriteMerged). So record bytes have one owner
-// at a time: the replay until it sends the batch, then the writer until
-// Fold returns, then garbage; copies have the fold or the store as their
-// owner.
+// The store owns what it is handed to write: a write transaction copies the
+// values it keeps (store.Generation.Write, store.DB.Apply), a spill copies
+// rows into a run file (store.Generation.SpillRun), and a merge copies rows
+// into its blocks (store.Generation.WriteMerged). So record bytes have one
+// owner at a time: the replay until it sends the batch, then the writer
+// until Fold returns, then garbage; copies have the fold or the store as
+// their owner.
 //
 // # Caveats
 //
