@@ -89,6 +89,12 @@ type Config struct {
 	// and values reach this many bytes, so that a batch of large records
 	// stays within a memory budget. Default 0: records only.
 	BatchBytes int
+	// Readers is how many consumers read the partitions (parallel.go),
+	// each a share of them. Default 1. The prefetch queue
+	// (queued.max.messages.kbytes, from Props or the tuned default) and
+	// BatchBytes are divided among them, so that N readers hold what one
+	// does.
+	Readers int
 	// Headers asks for record headers in record.Record.Headers (off by
 	// default: they cost a record its headers' bytes in the batch).
 	Headers bool
@@ -128,6 +134,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ProgressInterval <= 0 {
 		out.ProgressInterval = time.Second
+	}
+	if out.Readers <= 0 {
+		out.Readers = 1
 	}
 	return out
 }

@@ -40,6 +40,9 @@ type partState struct {
 // with an *Error (or ctx's error, or the sink's error).
 func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	c = c.withDefaults()
+	if c.Readers > 1 {
+		c = c.shared()
+	}
 	started := time.Now()
 	cl, err := newClients(c)
 	if err != nil {
@@ -65,9 +68,13 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	for _, w := range plan.Warnings {
 		c.Log.Warn().Str("topic", c.Topic).Msg(w)
 	}
-	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
-	r.pr = &partReader{c: c, cl: cl, d: r, op: "read", lowsTimeout: c.StallTimeout, checkEvery: time.Second, messageDeleted: true}
-	res, err := r.run(ctx)
+	var res Result
+	r := newReader(c, cl, plan, sink, started)
+	if c.Readers > 1 && len(plan.Partitions) > 1 {
+		res, err = runReaders(ctx, c, cl, plan, sink, started)
+	} else {
+		res, err = r.run(ctx)
+	}
 	if err == nil {
 		if w := r.addedPartitions(ctx); w != "" {
 			c.Log.Warn().Str("topic", c.Topic).Msg(w)
@@ -77,6 +84,13 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	res.Group = cl.group
 	res.Elapsed = time.Since(started)
 	return res, err
+}
+
+// newReader is the reader of plan's partitions on cl's consumer.
+func newReader(c Config, cl *clients, plan Plan, sink Sink, started time.Time) *reader {
+	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
+	r.pr = &partReader{c: c, cl: cl, d: r, op: "read", lowsTimeout: c.StallTimeout, checkEvery: time.Second, messageDeleted: true}
+	return r
 }
 
 type reader struct {

@@ -1,0 +1,157 @@
+package replay
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kmaterialize/kmaterialize/record"
+)
+
+// Parallel partition readers.
+//
+// One consumer reads its partitions on one read loop, and librdkafka
+// parses each broker's fetch responses on that broker's one thread: with
+// Config.Readers N, the captured plan's partitions are dealt round robin
+// to N readers, each its own consumer (and so its own broker threads,
+// prefetch queue and batch queue) and read loop, with the replay's rules
+// unchanged for its share: its own end marks, stall timeout and errors.
+// The sink is called by one reader at a time, and within a partition in
+// offset order, as with one reader. The first error stops the others and
+// is the replay's.
+//
+// The memory one reader would hold is divided among them (Config.shared):
+// the prefetch queue and the batch bytes, so --memory bounds N readers as
+// it bounds one.
+
+// shared is c for one of c.Readers readers: its prefetch queue and batch
+// bytes a share of c's.
+func (c Config) shared() Config {
+	n := c.Readers
+	kib, err := strconv.Atoi(c.Props[prefetchKiB])
+	if c.Props[prefetchKiB] == "" || err != nil || kib <= 0 {
+		kib, _ = strconv.Atoi(TunedDefaults[prefetchKiB])
+	}
+	props := make(map[string]string, len(c.Props)+1)
+	for k, v := range c.Props {
+		props[k] = v
+	}
+	props[prefetchKiB] = strconv.Itoa(max(kib/n, 1))
+	c.Props = props
+	if c.BatchBytes > 0 {
+		c.BatchBytes = max(c.BatchBytes/n, 1)
+	}
+	return c
+}
+
+// prefetchKiB is the librdkafka property that bounds a consumer's
+// prefetch queue.
+const prefetchKiB = "queued.max.messages.kbytes"
+
+// runReaders reads plan with c.Readers readers, the first on cl.
+func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink, started time.Time) (Result, error) {
+	n := min(c.Readers, len(plan.Partitions))
+	shares := make([]Plan, n)
+	for i := range shares {
+		shares[i] = plan
+		shares[i].Partitions = nil
+	}
+	for i, pb := range plan.Partitions {
+		shares[i%n].Partitions = append(shares[i%n].Partitions, pb)
+	}
+	clients := []*clients{cl}
+	defer func() {
+		for _, other := range clients[1:] {
+			other.Close()
+		}
+	}()
+	for i := 1; i < n; i++ {
+		other, err := newClients(c)
+		if err != nil {
+			return Result{Plan: plan}, err
+		}
+		clients = append(clients, other)
+	}
+
+	var mu sync.Mutex // serializes the sink and the progress
+	one := func(b []record.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return sink(b)
+	}
+	prog := &progressOf{c: c, snaps: make([]Progress, n)}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make([]Result, n)
+	var (
+		first     error // the first reader's error, not the others' interruption by it
+		firstOnce sync.Once
+		wg        sync.WaitGroup
+	)
+	for i := 0; i < n; i++ {
+		rc := c
+		if c.Progress != nil {
+			rc.Progress = func(p Progress) { prog.update(i, p, &mu) }
+		}
+		r := newReader(rc, clients[i], shares[i], one, started)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			results[i], err = r.run(rctx)
+			if err != nil {
+				firstOnce.Do(func() { first = err })
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+
+	res := Result{Plan: plan}
+	for _, r := range results {
+		res.Records += r.Records
+	}
+	res.Plan.Partitions = append([]PartitionBounds(nil), plan.Partitions...)
+	if c.Progress != nil {
+		mu.Lock()
+		c.Progress(prog.combined(started))
+		mu.Unlock()
+	}
+	return res, first
+}
+
+// progressOf combines the readers' snapshots into the replay's.
+type progressOf struct {
+	c     Config
+	snaps []Progress
+	last  time.Time
+}
+
+// update takes reader i's snapshot and reports the combined one at most
+// every ProgressInterval.
+func (p *progressOf) update(i int, s Progress, mu *sync.Mutex) {
+	mu.Lock()
+	defer mu.Unlock()
+	p.snaps[i] = s
+	if now := time.Now(); now.Sub(p.last) >= p.c.ProgressInterval {
+		p.last = now
+		p.c.Progress(p.combined(time.Time{}))
+	}
+}
+
+// combined is every reader's partitions in one snapshot, sorted.
+func (p *progressOf) combined(started time.Time) Progress {
+	out := Progress{Topic: p.c.Topic}
+	for _, s := range p.snaps {
+		out.Records += s.Records
+		out.Elapsed = max(out.Elapsed, s.Elapsed)
+		out.Partitions = append(out.Partitions, s.Partitions...)
+	}
+	if !started.IsZero() {
+		out.Elapsed = time.Since(started)
+	}
+	sort.Slice(out.Partitions, func(i, j int) bool { return out.Partitions[i].Partition < out.Partitions[j].Partition })
+	return out
+}
