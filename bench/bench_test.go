@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,7 @@ func rawMain(addr string) int {
 type fixture struct {
 	dir      string // built binaries
 	kmz      string
+	floor    string // the C floor (bench/internal/floor)
 	broker   *exec.Cmd
 	brokerIn io.WriteCloser
 	addr     string
@@ -168,6 +170,12 @@ func newFixture(records, keys int) (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.floor, err = build(dir, "floor", "github.com/kmaterialize/kmaterialize/bench/internal/floor"); err != nil {
+		return nil, err
+	}
+	if err := printVersions(f.floor); err != nil {
+		return nil, err
+	}
 	f.broker = exec.Command(brokerBin, "-topic", topic, "-partitions", strconv.Itoa(partitions))
 	f.broker.Stderr = os.Stderr
 	if f.brokerIn, err = f.broker.StdinPipe(); err != nil {
@@ -194,6 +202,31 @@ func newFixture(records, keys int) (*fixture, error) {
 		topic, records, f.keys, partitions, valueSize, f.fill.Round(time.Millisecond),
 		float64(records)/f.fill.Seconds(), f.broker.Process.Pid, runtime.NumCPU())
 	return f, nil
+}
+
+// printVersions prints, once per run, the librdkafka the floor (and so the
+// replay) runs and kcat's version line, which names its own librdkafka.
+func printVersions(floor string) error {
+	out, err := exec.Command(floor, "-version").Output()
+	if err != nil {
+		return fmt.Errorf("floor -version: %w", err)
+	}
+	kcatVersion := "not found"
+	if path, err := exec.LookPath("kcat"); err == nil {
+		// kcat -V's first line is its name; the version (with its
+		// librdkafka's) is on the line that starts with "Version".
+		v, _ := exec.Command(path, "-V").Output()
+		lines := strings.Split(strings.TrimSpace(string(v)), "\n")
+		kcatVersion = lines[0]
+		for _, l := range lines {
+			if strings.HasPrefix(l, "Version ") {
+				kcatVersion = l
+				break
+			}
+		}
+	}
+	fmt.Printf("bench: floor and replay on %s (confluent-kafka-go's bundled); kcat: %s\n", strings.TrimSpace(string(out)), kcatVersion)
+	return nil
 }
 
 func (f *fixture) fillTopic() error {
@@ -369,6 +402,33 @@ func (f *fixture) rawConsume() (proc, error) {
 	return p, nil
 }
 
+// floorArgs is the floor's command line: the raw consume's properties
+// (rawProps, over the replay's own), so that floor and raw differ only by
+// the read loop.
+func (f *fixture) floorArgs(perMessage bool) []string {
+	args := []string{"-brokers", f.addr, "-topic", topic}
+	for _, k := range slices.Sorted(maps.Keys(rawProps)) {
+		args = append(args, "-X", k+"="+rawProps[k])
+	}
+	if perMessage {
+		args = append(args, "-per-message")
+	}
+	return args
+}
+
+// floorRead runs the C floor (bench/internal/floor) over the topic and
+// checks it read every record.
+func (f *fixture) floorRead(perMessage bool) (proc, error) {
+	p, err := runChild(exec.Command(f.floor, f.floorArgs(perMessage)...))
+	if err != nil {
+		return p, err
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(p.stdout)); n != f.records {
+		return p, fmt.Errorf("floor read %q records, want %d", p.stdout, f.records)
+	}
+	return p, nil
+}
+
 // rebuild runs `kmaterialize rebuild` of the topic into db as a child.
 func (f *fixture) rebuild(db string, extra ...string) (proc, error) {
 	args := []string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", topic, "--db", db}
@@ -444,19 +504,25 @@ func medianF(xs []float64) float64 {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-// BenchmarkRebuild runs rounds of: a raw consume of the whole topic, a full
-// rebuild of it into a fresh file (the built binary, default --memory), and
-// kcat when it is installed, each in its own process, against the broker in
-// its own process. One op is one round; the reported times and the ratio
-// are medians over the rounds (use -benchtime 3x for three). The first
-// round's file is then compacted, to compare the rebuild's file with the
-// same table compacted. KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the
-// first round's rebuild.
+// BenchmarkRebuild runs rounds of: the C floor (bench/internal/floor: a C
+// read loop over the same librdkafka with the replay's properties), a raw
+// consume of the whole topic (the replay's read loop, no fold, no store), a
+// full rebuild of it into a fresh file (the built binary, default
+// --memory), and kcat when it is installed, each in its own process,
+// against the broker in its own process. One op is one round; the reported
+// times and ratios are medians over the rounds (use -benchtime 3x for
+// three). The headline is rebuild/floor, beside rebuild/kcat and
+// rebuild/raw, and raw/floor for the read loop alone.
+// KMATERIALIZE_BENCH_FLOOR_PER_MESSAGE=1 adds the floor reading one
+// message per rd_kafka_consumer_poll call to each round. The first round's
+// file is then compacted, to compare the rebuild's file with the same table
+// compacted. KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the first round's
+// rebuild.
 func BenchmarkRebuild(b *testing.B) {
 	f := getFixture(b)
-	var raws, rebuilds, kcats []time.Duration
-	var ratios []float64
-	var rebAnon, rebRSS, rebHWM, rebMax, rawAnon, rawHWM int64
+	var floors, floorsPM, raws, rebuilds, kcats []time.Duration
+	var rebRaw, rebFloor, rawFloor, rebKcat []float64
+	var rebAnon, rebRSS, rebHWM, rebMax, rawAnon, rawHWM, floorAnon int64
 	_, kcatErr := exec.LookPath("kcat")
 	if kcatErr != nil {
 		fmt.Println("bench: kcat not found")
@@ -465,10 +531,24 @@ func BenchmarkRebuild(b *testing.B) {
 		kcatErr = fmt.Errorf("kcat skipped (KMATERIALIZE_BENCH_KCAT=0)")
 		fmt.Println("bench:", kcatErr)
 	}
+	perMessage := os.Getenv("KMATERIALIZE_BENCH_FLOOR_PER_MESSAGE") == "1"
 	var file, pages int64
 	var dbFile string
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		fl, err := f.floorRead(false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		floorPMLine := ""
+		if perMessage {
+			pm, err := f.floorRead(true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			floorsPM = append(floorsPM, pm.took)
+			floorPMLine = fmt.Sprintf(" (one message per call %s)", pm.took.Round(time.Millisecond))
+		}
 		raw, err := f.rawConsume()
 		if err != nil {
 			b.Fatal(err)
@@ -492,10 +572,12 @@ func BenchmarkRebuild(b *testing.B) {
 			// others would fill the page cache under the next rounds.
 			b.Fatal(err)
 		}
-		raws, rebuilds = append(raws, raw.took), append(rebuilds, reb.took)
-		ratios = append(ratios, reb.took.Seconds()/raw.took.Seconds())
+		floors, raws, rebuilds = append(floors, fl.took), append(raws, raw.took), append(rebuilds, reb.took)
+		rebRaw = append(rebRaw, reb.took.Seconds()/raw.took.Seconds())
+		rebFloor = append(rebFloor, reb.took.Seconds()/fl.took.Seconds())
+		rawFloor = append(rawFloor, raw.took.Seconds()/fl.took.Seconds())
 		rebAnon, rebRSS, rebHWM, rebMax = max(rebAnon, reb.peakAnon), max(rebRSS, reb.peakRSS), max(rebHWM, reb.hwm), max(rebMax, reb.maxRSS)
-		rawAnon, rawHWM = max(rawAnon, raw.peakAnon), max(rawHWM, raw.hwm)
+		rawAnon, rawHWM, floorAnon = max(rawAnon, raw.peakAnon), max(rawHWM, raw.hwm), max(floorAnon, fl.peakAnon)
 		kcatLine := ""
 		if kcatErr == nil {
 			k, err := f.kcat()
@@ -503,12 +585,14 @@ func BenchmarkRebuild(b *testing.B) {
 				b.Fatal(err)
 			}
 			kcats = append(kcats, k.took)
+			rebKcat = append(rebKcat, reb.took.Seconds()/k.took.Seconds())
 			kcatLine = fmt.Sprintf(", kcat %s", k.took.Round(time.Millisecond))
 		}
-		fmt.Printf("bench: round %d: raw consume %s (cpu %s, anon %.0f MiB), rebuild %s (cpu %s, anon %.0f MiB, hwm %.0f MiB), %.2fx%s\n", i+1,
+		fmt.Printf("bench: round %d: floor %s (cpu %s)%s, raw consume %s (cpu %s, anon %.0f MiB), rebuild %s (cpu %s, anon %.0f MiB, hwm %.0f MiB)%s; rebuild/floor %.2fx, raw/floor %.2fx, rebuild/raw %.2fx\n", i+1,
+			fl.took.Round(time.Millisecond), fl.cpu.Round(time.Millisecond), floorPMLine,
 			raw.took.Round(time.Millisecond), raw.cpu.Round(time.Millisecond), mib(raw.peakAnon),
 			reb.took.Round(time.Millisecond), reb.cpu.Round(time.Millisecond), mib(reb.peakAnon), mib(reb.hwm),
-			reb.took.Seconds()/raw.took.Seconds(), kcatLine)
+			kcatLine, rebFloor[i], rawFloor[i], rebRaw[i])
 	}
 	b.StopTimer()
 	c, err := runChild(exec.Command(f.kmz, "compact", "--db", dbFile))
@@ -520,24 +604,37 @@ func BenchmarkRebuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	recs := float64(f.records)
-	raw, reb := median(raws), median(rebuilds)
-	ratio := medianF(ratios)
+	fl, raw, reb := median(floors), median(raws), median(rebuilds)
+	b.ReportMetric(recs/fl.Seconds(), "floor-rec/s")
 	b.ReportMetric(recs/raw.Seconds(), "raw-rec/s")
 	b.ReportMetric(recs/reb.Seconds(), "rebuild-rec/s")
-	b.ReportMetric(ratio, "rebuild/raw")
+	b.ReportMetric(medianF(rebFloor), "rebuild/floor")
+	b.ReportMetric(medianF(rawFloor), "raw/floor")
+	b.ReportMetric(medianF(rebRaw), "rebuild/raw")
 	b.ReportMetric(mib(rebAnon), "rebuild-peak-anon-MiB")
 	b.ReportMetric(mib(rebHWM), "rebuild-hwm-MiB")
 	b.ReportMetric(float64(file)/float64(compacted), "file/compacted")
-	kcatLine := "kcat not found"
+	kcatLine, kcatRatio := "kcat not run", "rebuild/kcat -"
 	if len(kcats) > 0 {
 		k := median(kcats)
 		b.ReportMetric(recs/k.Seconds(), "kcat-rec/s")
+		b.ReportMetric(medianF(rebKcat), "rebuild/kcat")
 		kcatLine = fmt.Sprintf("kcat %s (%.0f records/s)", k.Round(time.Millisecond), recs/k.Seconds())
+		kcatRatio = fmt.Sprintf("rebuild/kcat %.2fx", medianF(rebKcat))
 	}
-	fmt.Printf("bench: %d records, %d keys, median of %d rounds: raw consume %s (%.0f records/s), rebuild %s (%.0f records/s), rebuild/raw %.2fx; %s\n",
-		f.records, f.keys, b.N, raw.Round(time.Millisecond), recs/raw.Seconds(), reb.Round(time.Millisecond), recs/reb.Seconds(), ratio, kcatLine)
-	fmt.Printf("bench: rebuild peak RssAnon %.0f MiB, peak VmRSS %.0f MiB, VmHWM %.0f MiB, rusage maxrss %.0f MiB (with the benchmark's own RSS at the exec); raw consume peak RssAnon %.0f MiB, VmHWM %.0f MiB\n",
-		mib(rebAnon), mib(rebRSS), mib(rebHWM), mib(rebMax), mib(rawAnon), mib(rawHWM))
+	pmLine := ""
+	if len(floorsPM) > 0 {
+		pm := median(floorsPM)
+		b.ReportMetric(recs/pm.Seconds(), "floor-per-message-rec/s")
+		pmLine = fmt.Sprintf(" (one message per call: %s, %.0f records/s)", pm.Round(time.Millisecond), recs/pm.Seconds())
+	}
+	fmt.Printf("bench: %d records, %d keys, median of %d rounds: floor %s (%.0f records/s)%s, raw consume %s (%.0f records/s), rebuild %s (%.0f records/s); %s\n",
+		f.records, f.keys, b.N, fl.Round(time.Millisecond), recs/fl.Seconds(), pmLine,
+		raw.Round(time.Millisecond), recs/raw.Seconds(), reb.Round(time.Millisecond), recs/reb.Seconds(), kcatLine)
+	fmt.Printf("bench: headline: rebuild/floor %.2fx, %s, rebuild/raw %.2fx; raw/floor %.2fx (the read loop alone against the floor)\n",
+		medianF(rebFloor), kcatRatio, medianF(rebRaw), medianF(rawFloor))
+	fmt.Printf("bench: rebuild peak RssAnon %.0f MiB, peak VmRSS %.0f MiB, VmHWM %.0f MiB, rusage maxrss %.0f MiB (with the benchmark's own RSS at the exec); raw consume peak RssAnon %.0f MiB, VmHWM %.0f MiB; floor peak RssAnon %.0f MiB\n",
+		mib(rebAnon), mib(rebRSS), mib(rebHWM), mib(rebMax), mib(rawAnon), mib(rawHWM), mib(floorAnon))
 	fmt.Printf("bench: file after a fresh rebuild %.1f MiB (pages %.1f MiB); after compact %.1f MiB (%.2fx; compact took %s)\n",
 		mib(file), mib(pages), mib(compacted), float64(file)/float64(compacted), c.took.Round(time.Millisecond))
 }

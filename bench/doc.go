@@ -1,6 +1,7 @@
-// Package bench owns the end-to-end benchmarks: a raw consume of a topic to
-// its high marks against a full rebuild of the same topic into a bbolt file,
-// timed in the same run (BenchmarkRebuild); and point gets over the
+// Package bench owns the end-to-end benchmarks: a full rebuild of a topic
+// into a bbolt file against the C floor (a C read loop over the same
+// librdkafka), a raw consume and kcat reading the same topic to its high
+// marks, timed in the same run (BenchmarkRebuild); and point gets over the
 // daemon's unix socket, idle and during a rebuild (BenchmarkServeGet).
 //
 // Run it with:
@@ -13,6 +14,22 @@
 // values) through a franz-go producer. BenchmarkRebuild then times, each in
 // its own process, in each round:
 //
+//   - floor: bench/internal/floor, a read loop written in C (in its Go
+//     file's cgo preamble, which declares the few librdkafka functions and
+//     structs it uses) and linked against the librdkafka that
+//     confluent-kafka-go bundles (2.11.1; it checks that
+//     rd_kafka_version_str() is kafka.LibraryVersion()), with the replay's
+//     consumer properties (replay.ConsumerProperties: the tuned defaults,
+//     the fixed read_committed, no-commit ones, and the raw consume's
+//     prefetch queue). It captures each partition's watermarks once,
+//     assigns every partition at its low, and reads with
+//     rd_kafka_consume_batch_queue from one queue to which every
+//     partition's queue is forwarded, until each position reached its end
+//     mark, printing only the record count: what reading the topic costs
+//     librdkafka and the broker, with nothing of Go or kmaterialize on top.
+//     KMATERIALIZE_BENCH_FLOOR_PER_MESSAGE=1 also times it reading one
+//     message per rd_kafka_consumer_poll call (its -per-message flag), as
+//     confluent-kafka-go's Poll does;
 //   - raw: replay.Run with a no-op sink (this test binary re-executed): the
 //     replay's consumer with exactly the replay's settings (read_committed,
 //     replay.TunedDefaults, explicit assignment, position-based completion)
@@ -22,10 +39,28 @@
 //     (fsynced), with its peak RssAnon and VmRSS sampled every 10ms from
 //     /proc, its VmHWM and its rusage;
 //   - kcat, if kcat is on PATH: `kcat -C -o beginning -e -X
-//     isolation.level=read_committed` over the same topic, for comparison.
+//     isolation.level=read_committed` over the same topic, an outside
+//     reference (Debian's kcat 1.7.1 runs its own librdkafka, 2.0.2).
 //
-// It reports the median times, the median rebuild/raw ratio, the peak
+// The run prints once the floor's librdkafka version and kcat's version
+// line. It reports the median times and, as the headline, the medians of
+// each round's rebuild/floor, beside rebuild/kcat and rebuild/raw, and
+// raw/floor (the replay's read loop alone against the floor); then the peak
 // memory, and the first round's file against the same file compacted.
+// BenchmarkFollowApply (follow_test.go) times the floor beside its raw
+// consume too and reports the follower's apply rate as a fraction of the
+// floor's read rate (follow/floor-rate). The floor runs alone as
+//
+//	go build -o /tmp/floor ./bench/internal/floor
+//	/tmp/floor -brokers HOST:PORT -topic T [-X key=value]... [-per-message]
+//	/tmp/floor -version
+//
+// and the headline alone, medians of three rounds (the floor per message
+// too), on a smaller topic:
+//
+//	KMATERIALIZE_BENCH_RECORDS=200000 KMATERIALIZE_BENCH_FLOOR_PER_MESSAGE=1 \
+//	    go test -run '^$' -bench 'Rebuild$' -benchtime 3x ./bench/
+//
 // BenchmarkRebuildFileSize rebuilds the topic 10 times into one file and
 // compares it with a fresh rebuild's and with the compacted file.
 // KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the first rebuild.

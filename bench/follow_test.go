@@ -1,9 +1,10 @@
 package bench
 
 // Follow mode's benchmarks: the apply rate of a followed table catching up
-// with the fixture's topic against the raw consume of the same topic
-// (BenchmarkFollowApply), and produce-to-visible latency at 1000 records/s
-// (BenchmarkFollowLatency). Both run the daemon in a process of its own.
+// with the fixture's topic against the raw consume and the C floor of the
+// same topic (BenchmarkFollowApply), and produce-to-visible latency at 1000
+// records/s (BenchmarkFollowLatency). Both run the daemon in a process of
+// its own.
 
 import (
 	"context"
@@ -107,16 +108,22 @@ func tableEnds(cl *http.Client, table string) (map[int32]int64, int64, error) {
 // BenchmarkFollowApply: a followed table whose checkpoint is at offset 0
 // catches up with the fixture's topic (1M records, 100k keys by default):
 // from the daemon's start to the checkpoint at every partition's high
-// watermark, against the raw consume of the same topic, each in its own
-// process. The table's key count is checked against the fixture's keys.
+// watermark, against the raw consume and the C floor's read of the same
+// topic, each in its own process. The table's key count is checked against
+// the fixture's keys.
 func BenchmarkFollowApply(b *testing.B) {
 	f := getFixture(b)
 	highs, err := topicHighs(f, topic)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var follows, raws []time.Duration
+	var follows, raws, floors []time.Duration
 	for i := 0; i < b.N; i++ {
+		fl, err := f.floorRead(false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		floors = append(floors, fl.took)
 		raw, err := f.rawConsume()
 		if err != nil {
 			b.Fatal(err)
@@ -147,16 +154,20 @@ func BenchmarkFollowApply(b *testing.B) {
 		if keys != int64(f.keys) {
 			b.Fatalf("followed table has %d keys, want %d", keys, f.keys)
 		}
-		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s); raw consume %s (%.0f records/s)\n",
+		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
 			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(),
-			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds())
+			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds(),
+			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds())
 	}
-	fm, rm := median(follows), median(raws)
+	fm, rm, flm := median(follows), median(raws), median(floors)
 	b.ReportMetric(float64(f.records)/fm.Seconds(), "follow-records/s")
 	b.ReportMetric(float64(f.records)/rm.Seconds(), "raw-records/s")
+	b.ReportMetric(float64(f.records)/flm.Seconds(), "floor-records/s")
 	b.ReportMetric(rm.Seconds()/fm.Seconds(), "follow/raw-rate")
-	fmt.Printf("bench: follow median %s (%.0f records/s), raw median %s (%.0f records/s): follow rate %.2fx of raw\n",
-		fm.Round(time.Millisecond), float64(f.records)/fm.Seconds(), rm.Round(time.Millisecond), float64(f.records)/rm.Seconds(), rm.Seconds()/fm.Seconds())
+	b.ReportMetric(flm.Seconds()/fm.Seconds(), "follow/floor-rate")
+	fmt.Printf("bench: follow median %s (%.0f records/s), raw median %s (%.0f records/s), floor median %s (%.0f records/s): apply rate %.2fx of the floor's read rate, %.2fx of raw\n",
+		fm.Round(time.Millisecond), float64(f.records)/fm.Seconds(), rm.Round(time.Millisecond), float64(f.records)/rm.Seconds(),
+		flm.Round(time.Millisecond), float64(f.records)/flm.Seconds(), flm.Seconds()/fm.Seconds(), rm.Seconds()/fm.Seconds())
 }
 
 func equalEnds(a, b map[int32]int64) bool {
