@@ -184,6 +184,7 @@ type fileTable struct {
 	Keep               *int     `yaml:"keep"`
 	MaxChange          *string  `yaml:"max_change"`
 	Memory             string   `yaml:"memory"`
+	Readers            int      `yaml:"readers"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} from the
@@ -421,7 +422,7 @@ var specFields = map[string]string{
 	materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall_timeout",
 	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
 	materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max_change",
-	materialize.FieldMemory: "memory",
+	materialize.FieldMemory: "memory", materialize.FieldReaders: "readers",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -503,6 +504,7 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 		}
 		s.Memory = m
 	}
+	s.Readers = ft.Readers
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)
 	}

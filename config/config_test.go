@@ -77,6 +77,7 @@ tables:
     allow_empty: true
     keep: 3
     max_change: 12.5
+    readers: 3
   - name: votes
     topic: studio-votes
     fold: count
@@ -107,8 +108,8 @@ func TestLoadEveryField(t *testing.T) {
 		Tables: []config.Table{
 			{Line: 14, Schedule: "@every 10m", Spec: materialize.Spec{Name: "balances", Topic: "account-balances", Fold: "latest",
 				End: replay.EndStable, StallTimeout: 45 * time.Second, OnBadRecord: fold.SkipBadRecords, AllowEmpty: true,
-				Keep: 3, MaxChange: &maxChange}},
-			{Line: 24, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
+				Keep: 3, MaxChange: &maxChange, Readers: 3}},
+			{Line: 25, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
 				Name: "votes", Topic: "studio-votes", Fold: "count", IdentityField: "event_id", GroupField: "booth",
 				IgnoreFields: []string{"sent_at", "client"}, Catalog: []string{"b1", "b2", "b3"}, AllowUnknownGroups: true,
 				End: replay.EndHigh}},
@@ -210,6 +211,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"tables[0].follow_interval", "use 1.5s"}},
 		{"negative keep", head + "  - name: a\n    topic: t\n    keep: -1\n", 7, []string{"tables[0].keep", "must not be negative"}},
 		{"bad max change", head + "  - name: a\n    topic: t\n    max_change: lots\n", 7, []string{"tables[0].max_change", "want a percentage"}},
+		{"too many readers", head + "  - name: a\n    topic: t\n    readers: 65\n", 7, []string{"tables[0].readers", "want 1 to 64"}},
+		{"negative readers", head + "  - name: a\n    topic: t\n    readers: -1\n", 7, []string{"tables[0].readers", "want 1 to 64"}},
 		{"zero stall timeout", head + "  - name: a\n    topic: t\n    stall_timeout: 0s\n", 7, []string{"must be positive"}},
 		{"bad on_bad_record", head + "  - name: a\n    topic: t\n    on_bad_record: ignore\n", 7, []string{"fail or skip"}},
 		{"zero max_concurrent_runs", "db: t.db\nmax_concurrent_runs: 0\n", 2, []string{"max_concurrent_runs", "want at least 1"}},

@@ -35,6 +35,7 @@ const (
 	FieldEnd                = "end"
 	FieldStallTimeout       = "stall_timeout"
 	FieldMemory             = "memory"
+	FieldReaders            = "readers"
 	FieldValueFormat        = "value_format"
 	FieldKeyFormat          = "key_format"
 	FieldUntil              = "until"
@@ -86,6 +87,10 @@ type Spec struct {
 	// Memory bounds the bytes a rebuild's records and rows take in memory
 	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
 	Memory int64 `json:"memory,omitempty"`
+	// Readers is how many consumers a rebuild reads the topic's
+	// partitions with (replay.Config.Readers), each a share of them and of
+	// Memory's prefetch and batch parts. 0 means 1; at most MaxReaders.
+	Readers int `json:"readers,omitempty"`
 	// ValueFormat and KeyFormat say how record values and keys are decoded
 	// before the fold (package decode): raw (the default, ""), json,
 	// avro, protobuf or jsonschema, stored as canonical JSON. The Schema
@@ -110,6 +115,10 @@ type Spec struct {
 	// (Options.MaxChange). Negative is invalid.
 	MaxChange *float64 `json:"max_change,omitempty"`
 }
+
+// MaxReaders bounds Spec.Readers: each reader is a consumer with its own
+// connections and threads.
+const MaxReaders = 64
 
 // ErrBadSpec is returned (as a *SpecError) by Spec.Validate, NewFolder and
 // Options when a field of a Spec is missing or invalid: bad usage, before
@@ -213,6 +222,9 @@ func (s Spec) Validate() error {
 	if s.Memory < 0 {
 		return bad(FieldMemory, fmt.Sprint(s.Memory), "must be positive", nil)
 	}
+	if s.Readers < 0 || s.Readers > MaxReaders {
+		return bad(FieldReaders, fmt.Sprint(s.Readers), fmt.Sprintf("want 1 to %d", MaxReaders), nil)
+	}
 	if !s.ValueFormat.Valid() {
 		return bad(FieldValueFormat, fmt.Sprintf("%q", s.ValueFormat), "want "+decode.FormatNames, nil)
 	}
@@ -292,6 +304,7 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 			End:          end,
 			StallTimeout: s.StallTimeout,
 			Until:        replay.Until{Timestamp: s.UntilTimestamp, Offsets: s.ToOffsets},
+			Readers:      s.Readers,
 			Log:          log,
 		},
 		Fold:       f,

@@ -42,6 +42,11 @@ func propsFlag() cli.Flag {
 	return &cli.StringSliceFlag{Name: "X", Usage: "librdkafka property `KEY=VALUE` (repeatable), e.g. -X security.protocol=SASL_SSL"}
 }
 
+// readersFlag is --readers: how many consumers read the topic's partitions.
+func readersFlag() cli.Flag {
+	return &cli.IntFlag{Name: "readers", Value: 1, Usage: "read the partitions with `N` consumers, each a share of them and of --memory's prefetch (1 to 64; more than one helps on hosts with cores to spare)", DefaultText: "1, or the config file's readers"}
+}
+
 // stallTimeout returns --stall-timeout, which must be positive: 0 would
 // otherwise fall back to a default without a word.
 func stallTimeout(c *cli.Context) (time.Duration, error) {

@@ -36,6 +36,7 @@ var specFlags = map[string]string{
 	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
 	materialize.FieldValueFormat: "value-format", materialize.FieldKeyFormat: "key-format",
 	materialize.FieldUntil: "to-offsets", materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max-change",
+	materialize.FieldReaders: "readers",
 }
 
 // tableSpec builds the table's definition from the rebuild flags. With
@@ -124,6 +125,12 @@ func tableSpec(c *cli.Context) (materialize.Spec, error) {
 	}
 	if flag("allow-empty") {
 		s.AllowEmpty = c.Bool("allow-empty")
+	}
+	if hasFlag(c.Command, "readers") && flag("readers") {
+		if n := c.Int("readers"); n < 1 || n > materialize.MaxReaders {
+			return s, &usageError{msg: fmt.Sprintf("--readers %d: want 1 to %d", n, materialize.MaxReaders), hint: "--readers 4"}
+		}
+		s.Readers = c.Int("readers")
 	}
 	for _, f := range []struct {
 		name string

@@ -117,6 +117,7 @@ Examples:
 			progressIntervalFlag(),
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the rebuild to `FILE` (for the benchmark)"},
 			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
+			readersFlag(),
 		}, foldFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := newRebuildOptions(c)
