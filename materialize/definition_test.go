@@ -55,6 +55,7 @@ func TestDefinitionChanges(t *testing.T) {
 		{"to_offsets", "ToOffsets", func(s *materialize.Spec) { s.ToOffsets = map[int32]int64{0: 9} }, nil},
 		{"keep", "Keep", func(s *materialize.Spec) { s.Keep = 3 }, nil},
 		{"max_change", "MaxChange", func(s *materialize.Spec) { s.MaxChange = &pct }, nil},
+		{"readers", "Readers", func(s *materialize.Spec) { s.Readers = 4 }, nil},
 		// Spelled-out defaults and reordered sets are the same definition.
 		{"ignore_fields reordered", "", func(s *materialize.Spec) { s.IgnoreFields = []string{"via", "sent_at"} }, nil},
 		{"catalog reordered", "", func(s *materialize.Spec) { s.Catalog = []string{"b2", "b1"} }, nil},

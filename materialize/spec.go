@@ -325,7 +325,7 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 // they agree. The definition is what decides which rows a record becomes:
 // a table whose stored definition differs from its configured one must be
 // rebuilt, never folded on two ways. The rest of a Spec (name, end,
-// stall_timeout, memory, on_bad_record, allow_empty, keep, max_change,
+// stall_timeout, memory, readers, on_bad_record, allow_empty, keep, max_change,
 // until) says how a run goes, not what the table is, and is not compared.
 //
 // Defaults compare equal to their spelled-out values (fold "" and latest,
