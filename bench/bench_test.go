@@ -50,6 +50,7 @@ var rawProps = map[string]string{"queued.max.messages.kbytes": strconv.Itoa(256 
 func rawMain(addr string) int {
 	res, err := replay.Run(context.Background(), replay.Config{
 		Brokers: addr, Topic: topic, Props: rawProps, StallTimeout: 30 * time.Second, Log: zerolog.Nop(),
+		Readers: benchReaders(),
 	}, func([]fold.Record) error { return nil })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,6 +59,10 @@ func rawMain(addr string) int {
 	fmt.Println(res.Records)
 	return 0
 }
+
+// benchReaders is KMATERIALIZE_BENCH_READERS: the readers of the raw
+// consume and of the rebuild (--readers), 1 unless set.
+func benchReaders() int { return envInt("KMATERIALIZE_BENCH_READERS", 1) }
 
 // fixture is the broker process, the built binaries and the filled topic,
 // shared by every benchmark iteration (filling is not what is measured).
@@ -431,7 +436,8 @@ func (f *fixture) floorRead(perMessage bool) (proc, error) {
 
 // rebuild runs `kmaterialize rebuild` of the topic into db as a child.
 func (f *fixture) rebuild(db string, extra ...string) (proc, error) {
-	args := []string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", topic, "--db", db}
+	args := []string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", topic, "--db", db,
+		"--readers", strconv.Itoa(benchReaders())}
 	rows := f.keys
 	if benchFold == "count" {
 		args = append(args, countArgs...)
