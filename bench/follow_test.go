@@ -43,7 +43,11 @@ func followDaemon(b *testing.B, f *fixture, dir, db, table, tpc string) *daemon 
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := &daemon{cmd: exec.Command(f.kmz, "--log-format", "json", "serve", "--config", cfg), sock: db + ".sock", stderr: logf}
+	args := []string{"--log-format", "json", "serve", "--config", cfg}
+	if p := os.Getenv("KMATERIALIZE_BENCH_CPUPROFILE"); p != "" {
+		args = append(args, "--cpuprofile", p)
+	}
+	d := &daemon{cmd: exec.Command(f.kmz, args...), sock: db + ".sock", stderr: logf}
 	d.cmd.Stderr = logf
 	if err := d.cmd.Start(); err != nil {
 		b.Fatal(err)

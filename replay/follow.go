@@ -333,27 +333,29 @@ func (st *followPart) below(at int64) int {
 	return n
 }
 
-// take hands over the held records below at and moves out there.
-func (st *followPart) take(at int64) []record.Record {
+// take appends the held records below at to into, moves out there, and
+// keeps the rest in the same array: the records are copied into the
+// batch, so no slice of the array outlives the call, and reading a
+// partition appends to an array that stops growing once it holds a
+// round's records.
+func (st *followPart) take(at int64, into []record.Record) []record.Record {
 	n := st.below(at)
-	out := st.held[:n:n]
-	for _, r := range out {
+	for _, r := range st.held[:n] {
 		st.heldBytes -= int64(len(r.Key) + len(r.Value))
 	}
+	into = append(into, st.held[:n]...)
+	m := copy(st.held, st.held[n:])
+	// What was moved or handed over must not pin its arena from here.
+	clear(st.held[m:])
+	st.held = st.held[:m]
 	st.owned = max(st.owned-n, 0)
-	if n == len(st.held) {
-		st.held = nil
-	} else {
-		// A copy: what the sink keeps must not pin what is held.
-		st.held = slices.Clone(st.held[n:])
-	}
 	st.out = at
 	i, _ := slices.BinarySearch(st.stable, at+1)
 	st.stable = slices.Delete(st.stable, 0, i)
 	if len(st.stable) == 0 {
 		st.stable = nil
 	}
-	return out
+	return into
 }
 
 type follower struct {
@@ -763,11 +765,11 @@ func (f *follower) cut(over bool) (b FollowBatch, ok bool) {
 	b.Positions = make(map[int32]int64, len(f.parts))
 	for p, st := range f.parts {
 		if ends[p] > st.out {
-			rs := st.take(ends[p])
-			for _, r := range rs {
+			from := len(b.Records)
+			b.Records = st.take(ends[p], b.Records)
+			for _, r := range b.Records[from:] {
 				b.Bytes += int64(len(r.Key) + len(r.Value))
 			}
-			b.Records = append(b.Records, rs...)
 		}
 		b.Positions[p] = st.out
 	}

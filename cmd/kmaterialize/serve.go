@@ -148,6 +148,7 @@ Examples:
 			&cli.StringFlag{Name: "check-config", Usage: "check the config `FILE` as serve would, print what it holds and exit (0, or 2 naming file and line)"},
 			&cli.BoolFlag{Name: "check-kafka", Usage: "with --check-config: also check that the brokers answer and every table's topic exists (exit 5 otherwise)"},
 			lockTimeoutFlag(), propsFileFlag(),
+			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the daemon to `FILE` until it stops (for the benchmark)"},
 		},
 		Action: runServe,
 	}
@@ -190,6 +191,13 @@ func runServe(c *cli.Context) error {
 	// MemoryParts); the collector works to keep the Go part within it, as
 	// a rebuild's --memory does. A reload does not change it.
 	defer limitGoMemory(cfg.Memory)()
+	if p := c.String("cpuprofile"); p != "" {
+		stop, err := startCPUProfile(p)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	srv, err := serve.New(serveConfig(c, cfg, path, log))
 	if err != nil {
 		return err
