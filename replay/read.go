@@ -86,6 +86,25 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	return res, err
 }
 
+// partStates are a reader's partitions by number, looked up at every
+// record: a slice, since Kafka numbers a topic's partitions from 0.
+type partStates []*partState
+
+func (ps *partStates) put(p int32, st *partState) {
+	for int(p) >= len(*ps) {
+		*ps = append(*ps, nil)
+	}
+	(*ps)[p] = st
+}
+
+// get is partition p's state, nil when the reader does not read p.
+func (ps partStates) get(p int32) *partState {
+	if p < 0 || int(p) >= len(ps) {
+		return nil
+	}
+	return ps[p]
+}
+
 // newReader is the reader of plan's partitions on cl's consumer.
 func newReader(c Config, cl *clients, plan Plan, sink Sink, started time.Time) *reader {
 	r := &reader{c: c, cl: cl, plan: plan, sink: sink, started: started}
@@ -100,7 +119,7 @@ type reader struct {
 	sink    Sink
 	started time.Time
 
-	parts   map[int32]*partState
+	parts   partStates
 	order   []*partState
 	pending int
 	records int64
@@ -118,12 +137,12 @@ type reader struct {
 }
 
 func (r *reader) run(ctx context.Context) (Result, error) {
-	r.parts = make(map[int32]*partState, len(r.plan.Partitions))
+	r.parts = partStates{}
 	var assign []kafka.TopicPartition
 	topic := r.c.Topic
 	for _, pb := range r.plan.Partitions {
 		st := &partState{bounds: pb, pos: pb.Start}
-		r.parts[pb.Partition] = st
+		r.parts.put(pb.Partition, st)
 		r.order = append(r.order, st)
 		// An empty range is complete before reading.
 		if pb.Start >= pb.End {
@@ -225,7 +244,7 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 // position is the partReader's driver's: a finished partition is no
 // longer read.
 func (r *reader) position(p int32) (int64, bool) {
-	st := r.parts[p]
+	st := r.parts.get(p)
 	if st == nil || st.done {
 		return 0, false
 	}
@@ -235,7 +254,7 @@ func (r *reader) position(p int32) (int64, bool) {
 // record takes a record below the end mark into the batch; the first at
 // or past the end mark finishes its partition instead.
 func (r *reader) record(rec record.Record) (bool, error) {
-	st := r.parts[rec.Partition]
+	st := r.parts.get(rec.Partition)
 	if rec.Offset >= st.bounds.End {
 		// The first record past the end mark: the position has
 		// crossed it, whatever markers or gaps lay between.
@@ -261,7 +280,7 @@ func (r *reader) record(rec record.Record) (bool, error) {
 // eof moves the position past markers to off; a partition at its end mark
 // is finished, one below it waits for an open transaction.
 func (r *reader) eof(p int32, off int64) (bool, error) {
-	st := r.parts[p]
+	st := r.parts.get(p)
 	moved := off > st.pos
 	if moved {
 		// Control records and aborted transactions advance the
@@ -296,7 +315,7 @@ func (r *reader) reading() []int32 {
 }
 
 func (r *reader) removed(p int32, pos, low int64, err error) *Error {
-	st := r.parts[p]
+	st := r.parts.get(p)
 	return &Error{Op: "read", Topic: r.c.Topic, Partition: p, Offset: pos,
 		Kind: ErrRecordsRemoved, Err: err,
 		Detail: fmt.Sprintf("records removed under the replay: position %d but the retained low is now %d (start %d, high mark %d); nothing was published, rerun the rebuild",
