@@ -69,10 +69,11 @@ func (c runCodec) String() string {
 // a run file lives for seconds and is removed after the merge, so with
 // the page cache larger than the runs (the 5M-key rebuild's 14 runs are
 // about 570 MB) its pages are never written back, and the codec is CPU
-// spent beside the replay for nothing. BenchmarkSpillMerge measured s2 at
-// a seventh of the bytes on the bench's values (no saving on random ones)
-// for more CPU in the spill and no faster merge, zstd at a twentieth for
-// about four times the spill's CPU.
+// spent beside the replay for nothing. BenchmarkSpillMerge (a loaded
+// 2-core machine) measured s2 at a seventh of the bytes on the bench's
+// values (9% fewer on random ones) for 1.5 times the spill's CPU (3 times
+// on random values), zstd at a eighteenth (12% fewer) for 3 times (8
+// times), and neither made the merge measurably faster.
 const EnvRunCompression = "KMATERIALIZE_RUN_COMPRESSION"
 
 // runCodecFromEnv returns the codec EnvRunCompression names.
