@@ -39,9 +39,15 @@ type Combine func(key []byte, values [][]byte) ([]byte, error)
 // with one, combine makes the key's row from all of them.
 type merge struct {
 	h       mergeHeap
-	advance []*mergeCursor // the last key's cursors, advanced at the next call
+	advance []*mergeCursor // with combine: the last key's cursors, advanced at the next call
 	combine Combine
 	vals    [][]byte // combine's argument, reused
+	// Without combine, the row returned last is the heap's top, left in
+	// place (top) to be advanced at the next call and sifted down once,
+	// rather than popped and pushed back; last is its key, copied, to skip
+	// the key's older rows then.
+	top  bool
+	last []byte
 }
 
 type mergeCursor struct {
@@ -153,6 +159,9 @@ func (c *mergeCursor) next() (bool, error) {
 }
 
 func (m *merge) Next() (key, value []byte, ok bool, err error) {
+	if m.combine == nil {
+		return m.nextNewest()
+	}
 	for {
 		for _, c := range m.advance {
 			more, err := c.next()
@@ -169,43 +178,68 @@ func (m *merge) Next() (key, value []byte, ok bool, err error) {
 		}
 		w := m.h.pop()
 		m.advance = append(m.advance, w)
-		if m.combine != nil {
-			// Every source's row of the key, oldest first (the heap pops
-			// the newest first among equal keys).
-			for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
-				m.advance = append(m.advance, m.h.pop())
-			}
-			m.vals = m.vals[:0]
-			for i := len(m.advance) - 1; i >= 0; i-- {
-				m.vals = append(m.vals, m.advance[i].val)
-			}
-			v, err := m.combine(w.key, m.vals)
-			if err != nil {
-				return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
-			}
-			if v == nil {
-				continue
-			}
-			return w.key, v, true, nil
-		}
-		// Older rows of the same key lose: skip them.
+		// Every source's row of the key, oldest first (the heap pops the
+		// newest first among equal keys).
 		for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
-			c := m.h[0]
-			more, err := c.next()
-			if err != nil {
+			m.advance = append(m.advance, m.h.pop())
+		}
+		m.vals = m.vals[:0]
+		for i := len(m.advance) - 1; i >= 0; i-- {
+			m.vals = append(m.vals, m.advance[i].val)
+		}
+		v, err := m.combine(w.key, m.vals)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
+		}
+		if v == nil {
+			continue
+		}
+		return w.key, v, true, nil
+	}
+}
+
+// nextNewest is Next without combine: the newest row of each key, a
+// tombstone leaving the key out.
+func (m *merge) nextNewest() (key, value []byte, ok bool, err error) {
+	for {
+		if m.top {
+			m.top = false
+			if err := m.advanceTop(); err != nil {
 				return nil, nil, false, err
 			}
-			if more {
-				m.h.down(0)
-			} else {
-				m.h.pop()
+			// Older rows of the key returned last lose: skip them.
+			for len(m.h) > 0 && bytes.Equal(m.h[0].key, m.last) {
+				if err := m.advanceTop(); err != nil {
+					return nil, nil, false, err
+				}
 			}
 		}
+		if len(m.h) == 0 {
+			return nil, nil, false, nil
+		}
+		w := m.h[0]
+		m.last = append(m.last[:0], w.key...)
+		m.top = true
 		if w.val == nil {
 			continue // a tombstone: the key is deleted
 		}
 		return w.key, w.val, true, nil
 	}
+}
+
+// advanceTop moves the heap's top cursor to its next row, or out of the
+// heap at its end.
+func (m *merge) advanceTop() error {
+	more, err := m.h[0].next()
+	if err != nil {
+		return err
+	}
+	if more {
+		m.h.down(0)
+	} else {
+		m.h.pop()
+	}
+	return nil
 }
 
 // WriteMerged writes the rows of the generation's run files (oldest first)
