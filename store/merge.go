@@ -7,7 +7,6 @@ package store
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -40,9 +39,15 @@ type Combine func(key []byte, values [][]byte) ([]byte, error)
 // with one, combine makes the key's row from all of them.
 type merge struct {
 	h       mergeHeap
-	advance []*mergeCursor // the last key's cursors, advanced at the next call
+	advance []*mergeCursor // with combine: the last key's cursors, advanced at the next call
 	combine Combine
 	vals    [][]byte // combine's argument, reused
+	// Without combine, the row returned last is the heap's top, left in
+	// place (top) to be advanced at the next call and sifted down once,
+	// rather than popped and pushed back; last is its key, copied, to skip
+	// the key's older rows then.
+	top  bool
+	last []byte
 }
 
 type mergeCursor struct {
@@ -51,23 +56,69 @@ type mergeCursor struct {
 	key, val []byte
 	prev     []byte // the previous key, to check the order (the source reuses key)
 	started  bool
+	ordered  bool // the source checks its own order (a run file): prev is not kept
 }
 
+// mergeHeap is a binary min-heap of cursors by key, the newest source
+// first among equal keys. It is written out rather than container/heap's,
+// whose Push and Pop pass each cursor through an any and whose every Less
+// and Swap is a call through heap.Interface: the merge moves every row
+// through the heap. (The any never allocated, a cursor being a pointer:
+// this saves calls, not allocations.)
 type mergeHeap []*mergeCursor
 
-func (h mergeHeap) Len() int { return len(h) }
-func (h mergeHeap) Less(i, j int) bool {
+func (h mergeHeap) less(i, j int) bool {
 	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
 		return c < 0
 	}
 	return h[i].idx > h[j].idx // the newest first among equal keys
 }
-func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(*mergeCursor)) }
-func (h *mergeHeap) Pop() any {
+
+func (h mergeHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// down moves h[i] down to its place.
+func (h mergeHeap) down(i int) {
+	for {
+		j := 2*i + 1
+		if j >= len(h) {
+			return
+		}
+		if r := j + 1; r < len(h) && h.less(r, j) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (h *mergeHeap) push(c *mergeCursor) {
+	*h = append(*h, c)
+	for j := len(*h) - 1; j > 0; {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			return
+		}
+		(*h)[i], (*h)[j] = (*h)[j], (*h)[i]
+		j = i
+	}
+}
+
+// pop removes and returns the least cursor.
+func (h *mergeHeap) pop() *mergeCursor {
 	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
+	c := old[0]
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = nil
+	*h = old[:n]
+	h.down(0)
 	return c
 }
 
@@ -76,7 +127,8 @@ func (h *mergeHeap) Pop() any {
 func newMerge(sources []Sorted, combine Combine) (*merge, error) {
 	m := &merge{combine: combine}
 	for i, s := range sources {
-		c := &mergeCursor{src: s, idx: i}
+		_, ordered := s.(*runReader)
+		c := &mergeCursor{src: s, idx: i, ordered: ordered}
 		ok, err := c.next()
 		if err != nil {
 			return nil, err
@@ -85,19 +137,20 @@ func newMerge(sources []Sorted, combine Combine) (*merge, error) {
 			m.h = append(m.h, c)
 		}
 	}
-	heap.Init(&m.h)
+	m.h.init()
 	return m, nil
 }
 
 func (c *mergeCursor) next() (bool, error) {
-	if c.started {
+	check := c.started && !c.ordered
+	if check {
 		c.prev = append(c.prev[:0], c.key...)
 	}
 	k, v, ok, err := c.src.Next()
 	if err != nil || !ok {
 		return false, err
 	}
-	if c.started && bytes.Compare(c.prev, k) >= 0 {
+	if check && bytes.Compare(c.prev, k) >= 0 {
 		return false, fmt.Errorf("merge source %d: %w: key %q after %q", c.idx, errUnsorted, k, c.prev)
 	}
 	c.started = true
@@ -106,6 +159,9 @@ func (c *mergeCursor) next() (bool, error) {
 }
 
 func (m *merge) Next() (key, value []byte, ok bool, err error) {
+	if m.combine == nil {
+		return m.nextNewest()
+	}
 	for {
 		for _, c := range m.advance {
 			more, err := c.next()
@@ -113,52 +169,77 @@ func (m *merge) Next() (key, value []byte, ok bool, err error) {
 				return nil, nil, false, err
 			}
 			if more {
-				heap.Push(&m.h, c)
+				m.h.push(c)
 			}
 		}
 		m.advance = m.advance[:0]
 		if len(m.h) == 0 {
 			return nil, nil, false, nil
 		}
-		w := heap.Pop(&m.h).(*mergeCursor)
+		w := m.h.pop()
 		m.advance = append(m.advance, w)
-		if m.combine != nil {
-			// Every source's row of the key, oldest first (the heap pops
-			// the newest first among equal keys).
-			for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
-				m.advance = append(m.advance, heap.Pop(&m.h).(*mergeCursor))
-			}
-			m.vals = m.vals[:0]
-			for i := len(m.advance) - 1; i >= 0; i-- {
-				m.vals = append(m.vals, m.advance[i].val)
-			}
-			v, err := m.combine(w.key, m.vals)
-			if err != nil {
-				return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
-			}
-			if v == nil {
-				continue
-			}
-			return w.key, v, true, nil
-		}
-		// Older rows of the same key lose: skip them.
+		// Every source's row of the key, oldest first (the heap pops the
+		// newest first among equal keys).
 		for len(m.h) > 0 && bytes.Equal(m.h[0].key, w.key) {
-			c := m.h[0]
-			more, err := c.next()
-			if err != nil {
+			m.advance = append(m.advance, m.h.pop())
+		}
+		m.vals = m.vals[:0]
+		for i := len(m.advance) - 1; i >= 0; i-- {
+			m.vals = append(m.vals, m.advance[i].val)
+		}
+		v, err := m.combine(w.key, m.vals)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("combine key %q: %w", w.key, err)
+		}
+		if v == nil {
+			continue
+		}
+		return w.key, v, true, nil
+	}
+}
+
+// nextNewest is Next without combine: the newest row of each key, a
+// tombstone leaving the key out.
+func (m *merge) nextNewest() (key, value []byte, ok bool, err error) {
+	for {
+		if m.top {
+			m.top = false
+			if err := m.advanceTop(); err != nil {
 				return nil, nil, false, err
 			}
-			if more {
-				heap.Fix(&m.h, 0)
-			} else {
-				heap.Pop(&m.h)
+			// Older rows of the key returned last lose: skip them.
+			for len(m.h) > 0 && bytes.Equal(m.h[0].key, m.last) {
+				if err := m.advanceTop(); err != nil {
+					return nil, nil, false, err
+				}
 			}
 		}
+		if len(m.h) == 0 {
+			return nil, nil, false, nil
+		}
+		w := m.h[0]
+		m.last = append(m.last[:0], w.key...)
+		m.top = true
 		if w.val == nil {
 			continue // a tombstone: the key is deleted
 		}
 		return w.key, w.val, true, nil
 	}
+}
+
+// advanceTop moves the heap's top cursor to its next row, or out of the
+// heap at its end.
+func (m *merge) advanceTop() error {
+	more, err := m.h[0].next()
+	if err != nil {
+		return err
+	}
+	if more {
+		m.h.down(0)
+	} else {
+		m.h.pop()
+	}
+	return nil
 }
 
 // WriteMerged writes the rows of the generation's run files (oldest first)

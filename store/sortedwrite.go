@@ -26,6 +26,9 @@ import (
 const (
 	mergeFirstCommit = 1 << 20
 	mergeCommitBytes = 8 << 20
+	// minRowGuess sizes a block's row index: the rows of the bench's
+	// tables are 112 bytes (12-byte keys, 100-byte values).
+	minRowGuess = 64
 )
 
 // writeSorted appends src, in strictly ascending key order and without
@@ -56,8 +59,11 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) 
 			}
 			b.reset()
 			if cap(b.data) < limit {
-				// A row may end past the limit: room for one more.
+				// A row may end past the limit: room for one more. The
+				// ends are sized for rows of minRowGuess bytes, so that
+				// rows as small or larger never grow them.
 				b.data = make([]byte, 0, limit+64<<10)
+				b.ends = make([]struct{ k, v int }, 0, limit/minRowGuess)
 			}
 			for b.size() < limit {
 				k, v, ok, err := src.Next()
