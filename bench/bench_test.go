@@ -21,25 +21,29 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/kafkatest"
 	"github.com/kmaterialize/kmaterialize/replay"
 )
 
 const (
-	topic      = "bench"
 	partitions = 6
 	valueSize  = 100
 )
 
 // envRaw makes the test binary the raw-consume child: replay.Run with a
-// no-op sink against the broker at its value, then print the record count
-// and exit. The raw consume runs in a process of its own, like the rebuild
+// no-op sink against the broker at its value, over the topic envRawTopic
+// names, then print the record count and exit. The raw consume runs in a process of its own, like the rebuild
 // and kcat, so that all three pay the same process start and none shares a
 // heap with the benchmark.
-const envRaw = "KMATERIALIZE_BENCH_RAW_BROKERS"
+const (
+	envRaw      = "KMATERIALIZE_BENCH_RAW_BROKERS"
+	envRawTopic = "KMATERIALIZE_BENCH_RAW_TOPIC"
+)
 
 // rawProps are the consumer properties of the raw consume: the replay's
 // tuned defaults with the prefetch queue a rebuild with the default
@@ -47,7 +51,7 @@ const envRaw = "KMATERIALIZE_BENCH_RAW_BROKERS"
 // by the fold and the store.
 var rawProps = map[string]string{"queued.max.messages.kbytes": strconv.Itoa(256 << 20 / 8 / 1024)}
 
-func rawMain(addr string) int {
+func rawMain(addr, topic string) int {
 	res, err := replay.Run(context.Background(), replay.Config{
 		Brokers: addr, Topic: topic, Props: rawProps, StallTimeout: 30 * time.Second, Log: zerolog.Nop(),
 		Readers: benchReaders(),
@@ -64,15 +68,23 @@ func rawMain(addr string) int {
 // consume and of the rebuild (--readers), 1 unless set.
 func benchReaders() int { return envInt("KMATERIALIZE_BENCH_READERS", 1) }
 
-// fixture is the broker process, the built binaries and the filled topic,
-// shared by every benchmark iteration (filling is not what is measured).
+// fixture is the broker, the built binaries and the filled topic, shared
+// by every benchmark iteration (filling is not what is measured). The
+// broker is the kfake broker in a process the fixture starts and stops, or,
+// when KMATERIALIZE_TEST_KAFKA names one (scripts/test-kafka), that Apache
+// Kafka broker, which the fixture only uses: it creates its topics there
+// under names of its own (a broker outlives one run) and deletes them at
+// the end, and never stops the broker.
 type fixture struct {
 	dir      string // built binaries
 	kmz      string
-	floor    string // the C floor (bench/internal/floor)
-	broker   *exec.Cmd
+	floor    string    // the C floor (bench/internal/floor)
+	broker   *exec.Cmd // the kfake broker process; nil on Apache Kafka
 	brokerIn io.WriteCloser
+	kafka    bool     // on the Apache Kafka broker of KMATERIALIZE_TEST_KAFKA
+	created  []string // topics the fixture created on it, deleted by close
 	addr     string
+	topic    string // the filled topic every benchmark but update and latency reads
 	records  int
 	keys     int
 	fill     time.Duration
@@ -171,42 +183,111 @@ func newFixture(records, keys int) (*fixture, error) {
 	if f.kmz, err = build(dir, "kmaterialize", "github.com/kmaterialize/kmaterialize/cmd/kmaterialize"); err != nil {
 		return nil, err
 	}
-	brokerBin, err := build(dir, "kfakebroker", "github.com/kmaterialize/kmaterialize/bench/internal/kfakebroker")
-	if err != nil {
-		return nil, err
-	}
 	if f.floor, err = build(dir, "floor", "github.com/kmaterialize/kmaterialize/bench/internal/floor"); err != nil {
 		return nil, err
 	}
 	if err := printVersions(f.floor); err != nil {
 		return nil, err
 	}
-	f.broker = exec.Command(brokerBin, "-topic", topic, "-partitions", strconv.Itoa(partitions))
-	f.broker.Stderr = os.Stderr
-	if f.brokerIn, err = f.broker.StdinPipe(); err != nil {
-		return nil, err
-	}
-	out, err := f.broker.StdoutPipe()
+	ep, external, err := kafkatest.FromEnv()
 	if err != nil {
 		return nil, err
 	}
-	if err := f.broker.Start(); err != nil {
-		return nil, err
+	var brokerLine string
+	if external {
+		// Its PLAINTEXT listener, as the tests use: no SASL handshake in
+		// any of the timed clients.
+		f.kafka, f.addr = true, ep.Addr
+		f.topic = fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().Unix())
+		if err := f.createTopic(f.topic, partitions); err != nil {
+			f.close()
+			return nil, err
+		}
+		brokerLine = fmt.Sprintf("broker: Apache Kafka %s at %s", ep.Version, ep.Addr)
+	} else {
+		f.topic = "bench"
+		if err := f.startKfake(); err != nil {
+			f.close()
+			return nil, err
+		}
+		brokerLine = fmt.Sprintf("broker: kfake in its own process (pid %d)", f.broker.Process.Pid)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		f.close()
-		return nil, fmt.Errorf("broker process: %w", err)
-	}
-	f.addr = strings.TrimSpace(line)
 	if err := f.fillTopic(); err != nil {
 		f.close()
 		return nil, err
 	}
-	fmt.Printf("bench: filled %s: %d records, %d keys, %d partitions, %dB values in %s (%.0f records/s); broker in its own process (pid %d) on %d CPUs\n",
-		topic, records, f.keys, partitions, valueSize, f.fill.Round(time.Millisecond),
-		float64(records)/f.fill.Seconds(), f.broker.Process.Pid, runtime.NumCPU())
+	fmt.Printf("bench: filled %s: %d records, %d keys, %d partitions, %dB values in %s (%.0f records/s); %s; %d CPUs\n",
+		f.topic, records, f.keys, partitions, valueSize, f.fill.Round(time.Millisecond),
+		float64(records)/f.fill.Seconds(), brokerLine, runtime.NumCPU())
 	return f, nil
+}
+
+// startKfake starts the kfake broker (bench/internal/kfakebroker) in a
+// process of its own with the fixture's topic, and reads its address.
+func (f *fixture) startKfake() error {
+	brokerBin, err := build(f.dir, "kfakebroker", "github.com/kmaterialize/kmaterialize/bench/internal/kfakebroker")
+	if err != nil {
+		return err
+	}
+	f.broker = exec.Command(brokerBin, "-topic", f.topic, "-partitions", strconv.Itoa(partitions))
+	f.broker.Stderr = os.Stderr
+	if f.brokerIn, err = f.broker.StdinPipe(); err != nil {
+		return err
+	}
+	out, err := f.broker.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := f.broker.Start(); err != nil {
+		return fmt.Errorf("start kfakebroker: %w", err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("broker process: %w", err)
+	}
+	f.addr = strings.TrimSpace(line)
+	return nil
+}
+
+// createTopic creates topic with parts partitions (one replica) and waits
+// until every partition has a leader: Apache Kafka answers CreateTopics
+// before its partitions can take records, and the daemon and librdkafka
+// would otherwise start on a topic they cannot see yet. On Apache Kafka the
+// topic is deleted by close.
+func (f *fixture) createTopic(topic string, parts int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if f.kafka {
+		f.created = append(f.created, topic)
+	}
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(parts) {
+				ready := true
+				for _, p := range td.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s: no leader for every partition: %w", topic, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // printVersions prints, once per run, the librdkafka the floor (and so the
@@ -239,7 +320,7 @@ func (f *fixture) fillTopic() error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(f.addr),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.DefaultProduceTopic(topic),
+		kgo.DefaultProduceTopic(f.topic),
 		kgo.ProducerLinger(50*time.Millisecond),
 		kgo.ProducerBatchMaxBytes(1<<20),
 		kgo.MaxBufferedRecords(200_000),
@@ -262,7 +343,7 @@ func (f *fixture) fillTopic() error {
 			v = eventOf(k)
 		}
 		wg.Add(1)
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: partitionOf(k), Key: k, Value: v},
+		cl.Produce(ctx, &kgo.Record{Topic: f.topic, Partition: partitionOf(k), Key: k, Value: v},
 			func(_ *kgo.Record, err error) {
 				if err != nil {
 					mu.Lock()
@@ -276,13 +357,20 @@ func (f *fixture) fillTopic() error {
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return fmt.Errorf("fill %s: %w", topic, firstErr)
+		return fmt.Errorf("fill %s: %w", f.topic, firstErr)
 	}
 	f.fill = time.Since(started)
 	return nil
 }
 
 func (f *fixture) close() {
+	if len(f.created) > 0 {
+		// The Apache Kafka broker outlives this run: leave it none of the
+		// topics' records.
+		if err := f.deleteTopics(f.created...); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+	}
 	if f.brokerIn != nil {
 		_ = f.brokerIn.Close()
 	}
@@ -297,6 +385,24 @@ func (f *fixture) close() {
 		}
 	}
 	_ = os.RemoveAll(f.dir)
+}
+
+func (f *fixture) deleteTopics(topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resps, err := kadm.NewClient(cl).DeleteTopics(ctx, topics...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("delete topics %v: %w", topics, err)
+	}
+	return nil
 }
 
 // proc is what a child process cost: wall time (start to exit), the peak of
@@ -396,7 +502,7 @@ func (f *fixture) rawConsume() (proc, error) {
 		return proc{}, err
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envRaw+"="+f.addr)
+	cmd.Env = append(os.Environ(), envRaw+"="+f.addr, envRawTopic+"="+f.topic)
 	p, err := runChild(cmd)
 	if err != nil {
 		return p, err
@@ -411,7 +517,7 @@ func (f *fixture) rawConsume() (proc, error) {
 // (rawProps, over the replay's own), so that floor and raw differ only by
 // the read loop.
 func (f *fixture) floorArgs(perMessage bool) []string {
-	args := []string{"-brokers", f.addr, "-topic", topic}
+	args := []string{"-brokers", f.addr, "-topic", f.topic}
 	for _, k := range slices.Sorted(maps.Keys(rawProps)) {
 		args = append(args, "-X", k+"="+rawProps[k])
 	}
@@ -436,7 +542,7 @@ func (f *fixture) floorRead(perMessage bool) (proc, error) {
 
 // rebuild runs `kmaterialize rebuild` of the topic into db as a child.
 func (f *fixture) rebuild(db string, extra ...string) (proc, error) {
-	args := []string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", topic, "--db", db,
+	args := []string{"--log-format", "json", "rebuild", "--brokers", f.addr, "--topic", f.topic, "--db", db,
 		"--readers", strconv.Itoa(benchReaders())}
 	rows := f.keys
 	if benchFold == "count" {
@@ -456,7 +562,7 @@ func (f *fixture) rebuild(db string, extra ...string) (proc, error) {
 
 // kcatArgs is the kcat command line the benchmark times: the issue's,
 // reading with read_committed like the replay and printing key and value.
-func kcatArgs(addr string) []string {
+func kcatArgs(addr, topic string) []string {
 	return []string{"-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-q",
 		"-X", "isolation.level=read_committed", "-f", "%k %s\n"}
 }
@@ -471,7 +577,7 @@ func (f *fixture) kcat() (proc, error) {
 	if err != nil {
 		return proc{}, err
 	}
-	return runChild(exec.Command(path, kcatArgs(f.addr)...))
+	return runChild(exec.Command(path, kcatArgs(f.addr, f.topic)...))
 }
 
 // fileSize returns the database file's size and bbolt's high-water mark

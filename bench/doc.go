@@ -9,7 +9,8 @@
 //	go test -run '^$' -bench Rebuild -benchtime 1x ./bench/
 //
 // The benchmarks start the kfake broker in a process of its own
-// (bench/internal/kfakebroker), as a real broker would be, and fill a
+// (bench/internal/kfakebroker), as a real broker would be (or use an
+// Apache Kafka broker: see below), and fill a
 // 6-partition topic with 1,000,000 records (100,000 distinct keys, 100-byte
 // values) through a franz-go producer. BenchmarkRebuild then times, each in
 // its own process, in each round:
@@ -60,6 +61,22 @@
 //
 //	KMATERIALIZE_BENCH_RECORDS=200000 KMATERIALIZE_BENCH_FLOOR_PER_MESSAGE=1 \
 //	    go test -run '^$' -bench 'Rebuild$' -benchtime 3x ./bench/
+//
+// Against Apache Kafka instead of kfake (its fetch path differs: sendfile,
+// little broker CPU), run the same benchmarks under scripts/test-kafka,
+// which starts a one-node KRaft broker and exports KMATERIALIZE_TEST_KAFKA:
+//
+//	scripts/test-kafka -run '^$' -bench 'Rebuild$' -benchtime 3x -timeout 60m ./bench/
+//
+// (KMATERIALIZE_BENCH_RECORDS=5000000 KMATERIALIZE_BENCH_KEYS=5000000 in
+// front for the 5M-distinct scenario; -bench 'Rebuild$|FollowApply|ServeGet'
+// for the others).
+// Whenever KMATERIALIZE_TEST_KAFKA is set, the fixture uses that broker's
+// PLAINTEXT listener: it creates its topics there under names of its own
+// (bench-PID-TIME, 6 partitions, one replica), fills them with the same
+// records, deletes them at the end, and never stops the broker. The fill
+// line names the broker ("broker: Apache Kafka 4.4.0 at ..." or "broker:
+// kfake in its own process"), so every result says which it ran against.
 //
 // BenchmarkRebuildFileSize rebuilds the topic 10 times into one file and
 // compares it with a fresh rebuild's and with the compacted file.

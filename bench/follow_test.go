@@ -117,7 +117,7 @@ func tableEnds(cl *http.Client, table string) (map[int32]int64, int64, error) {
 // the fixture's keys.
 func BenchmarkFollowApply(b *testing.B) {
 	f := getFixture(b)
-	highs, err := topicHighs(f, topic)
+	highs, err := topicHighs(f, f.topic)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -136,9 +136,9 @@ func BenchmarkFollowApply(b *testing.B) {
 
 		dir := b.TempDir()
 		db := filepath.Join(dir, "tables.db")
-		emptyFollowed(b, db, "bench", topic, partitions)
+		emptyFollowed(b, db, "bench", f.topic, partitions)
 		started := time.Now()
-		d := followDaemon(b, f, dir, db, "bench", topic)
+		d := followDaemon(b, f, dir, db, "bench", f.topic)
 		cl := unixClient(d.sock)
 		var keys int64
 		for {
@@ -219,13 +219,13 @@ func BenchmarkFollowLatency(b *testing.B) {
 	const rate = 1000
 	for i := 0; i < b.N; i++ {
 		latencyRuns++
-		tpc := fmt.Sprintf("latency-%d-%d", os.Getpid(), latencyRuns)
+		tpc := fmt.Sprintf("%s-latency-%d", f.topic, latencyRuns)
+		if err := f.createTopic(tpc, 1); err != nil {
+			b.Fatal(err)
+		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr), kgo.DefaultProduceTopic(tpc), kgo.ProducerLinger(0),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, tpc); err != nil {
 			b.Fatal(err)
 		}
 		dir := b.TempDir()

@@ -14,7 +14,7 @@ func TestMain(m *testing.M) {
 		os.Exit(readerMain())
 	}
 	if addr := os.Getenv(envRaw); addr != "" {
-		os.Exit(rawMain(addr))
+		os.Exit(rawMain(addr, os.Getenv(envRawTopic)))
 	}
 	code := m.Run()
 	if fix != nil {

@@ -52,7 +52,7 @@ func startDaemon(b *testing.B, f *fixture) *daemon {
 		b.Fatalf("build kmaterialize: %v", err)
 	}
 	cfg := filepath.Join(dir, "kmaterialize.yaml")
-	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\ntables:\n  - name: bench\n    topic: %s\n    stall_timeout: 60s\n", f.addr, topic)
+	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\ntables:\n  - name: bench\n    topic: %s\n    stall_timeout: 60s\n", f.addr, f.topic)
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		b.Fatal(err)
 	}

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// updateTopic is BenchmarkUpdate's topic, apart from the other benchmarks'.
-const updateTopic = "bench-update"
+// updateTopic is BenchmarkUpdate's topic (and table), apart from the other
+// benchmarks'.
+func (f *fixture) updateTopic() string { return f.topic + "-update" }
 
 // Sizes of BenchmarkUpdate: a table of updateBase records, then updateNew
 // more records on the topic (the same stream continued: record i has key
@@ -117,28 +117,22 @@ var (
 	updateErr    error
 )
 
-// updateSetup creates updateTopic, fills it with updateBase records,
+// updateSetup creates f.updateTopic(), fills it with updateBase records,
 // rebuilds them into a table file, then adds updateNew records, and returns
 // the table file (in the fixture's directory).
 func (f *fixture) updateSetup() (string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
-	if err != nil {
+	if err := f.createTopic(f.updateTopic(), partitions); err != nil {
 		return "", err
 	}
-	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), partitions, 1, nil, updateTopic)
-	cl.Close()
-	if err != nil {
-		return "", err
-	}
-	if err := f.fillRange(updateTopic, 0, updateBase); err != nil {
+	if err := f.fillRange(f.updateTopic(), 0, updateBase); err != nil {
 		return "", err
 	}
 	base := filepath.Join(f.dir, "update-base.db")
 	if _, err := f.kmzChild(fmt.Sprintf("%d records read", updateBase),
-		"rebuild", "--brokers", f.addr, "--topic", updateTopic, "--db", base); err != nil {
+		"rebuild", "--brokers", f.addr, "--topic", f.updateTopic(), "--db", base); err != nil {
 		return "", err
 	}
-	return base, f.fillRange(updateTopic, updateBase, updateBase+updateNew, os.Getenv(envUpdateNewKeys) == "1")
+	return base, f.fillRange(f.updateTopic(), updateBase, updateBase+updateNew, os.Getenv(envUpdateNewKeys) == "1")
 }
 
 // BenchmarkUpdate times `kmaterialize update` of updateNew new records onto
@@ -173,7 +167,7 @@ func BenchmarkUpdate(b *testing.B) {
 			b.Fatal(err)
 		}
 		up, err := f.kmzChild(fmt.Sprintf("(in-place): generation 1, %d keys, %d new records read", keys, updateNew),
-			"update", "--brokers", f.addr, "--db", db, "--table", updateTopic)
+			"update", "--brokers", f.addr, "--db", db, "--table", f.updateTopic())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -181,13 +175,13 @@ func BenchmarkUpdate(b *testing.B) {
 			b.Fatal(err)
 		}
 		mg, err := f.kmzChild(fmt.Sprintf("(merged): generation 2, %d keys, %d new records read", keys, updateNew),
-			"update", "--brokers", f.addr, "--db", db, "--table", updateTopic, "--memory", "64MiB")
+			"update", "--brokers", f.addr, "--db", db, "--table", f.updateTopic(), "--memory", "64MiB")
 		if err != nil {
 			b.Fatal(err)
 		}
 		fresh := filepath.Join(dir, fmt.Sprintf("rebuild-%d.db", i))
 		reb, err := f.kmzChild(fmt.Sprintf("%d keys, %d records read", keys, updateBase+updateNew),
-			"rebuild", "--brokers", f.addr, "--topic", updateTopic, "--db", fresh)
+			"rebuild", "--brokers", f.addr, "--topic", f.updateTopic(), "--db", fresh)
 		if err != nil {
 			b.Fatal(err)
 		}
