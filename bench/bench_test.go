@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +53,11 @@ const (
 var rawProps = map[string]string{"queued.max.messages.kbytes": strconv.Itoa(256 << 20 / 8 / 1024)}
 
 func rawMain(addr, topic string) int {
+	if p := os.Getenv("KMATERIALIZE_BENCH_RAW_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		}
+	}
 	res, err := replay.Run(context.Background(), replay.Config{
 		Brokers: addr, Topic: topic, Props: rawProps, StallTimeout: 30 * time.Second, Log: zerolog.Nop(),
 		Readers: benchReaders(),

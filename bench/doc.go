@@ -80,7 +80,9 @@
 //
 // BenchmarkRebuildFileSize rebuilds the topic 10 times into one file and
 // compares it with a fresh rebuild's and with the compacted file.
-// KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the first rebuild.
+// KMATERIALIZE_BENCH_CPUPROFILE=FILE profiles the first rebuild (and, in
+// BenchmarkFollowApply, the daemon: serve --cpuprofile);
+// KMATERIALIZE_BENCH_RAW_CPUPROFILE=FILE profiles each raw consume.
 //
 // KMATERIALIZE_BENCH_RECORDS and KMATERIALIZE_BENCH_KEYS change the topic's
 // size (for example 5000000 records and 5000000 keys, to check that the
