@@ -13,6 +13,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -106,7 +107,12 @@ type FollowOptions struct {
 	// Registry is the Schema Registry for a Spec whose key or value format
 	// needs one (as Options.Decode.Registry for a rebuild).
 	Registry decode.Registry
-	Log      zerolog.Logger
+	// CPU, if set, is the share of the process's cores the follower's
+	// applies take turns on (as Options.CPU for a rebuild): each apply
+	// (decode, fold, commit) runs in a slot taken before its transaction
+	// begins. nil: unlimited.
+	CPU *cpushare.Share
+	Log zerolog.Logger
 }
 
 // KeepCurrent keeps table opts.Spec's published generation current: it reads
@@ -252,6 +258,7 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 			}
 			select {
 			case in <- b:
+				opts.CPU.Yield() // a waiting read before the next poll
 				return nil
 			case <-rctx.Done():
 				room.Release(weight(b))
@@ -286,7 +293,7 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 					break more
 				}
 			}
-			err := a.apply(batches)
+			err := opts.CPU.Do(ctx, func() error { return a.apply(batches) })
 			for _, b := range batches {
 				room.Release(weight(b))
 			}
