@@ -13,7 +13,7 @@ import (
 // TestFollowAndRebuildTakeTurnsOnOneSlot is the daemon on two cores: a
 // follower and a rebuild of a second table of the same topic (small
 // enough a memory to spill runs and merge them) take turns on a share of
-// one slot while records keep coming. Neither waits for ever on the other
+// one slot, reading at a lower priority, while records keep coming. Neither waits for ever on the other
 // (the follower's apply transactions, the rebuild's folds, spills and the
 // merge's two goroutines all need the slot), the followed table equals the
 // plain fold of every record, and the rebuilt one the plain fold of the
@@ -21,7 +21,7 @@ import (
 func TestFollowAndRebuildTakeTurnsOnOneSlot(t *testing.T) {
 	rng := testRand(t)
 	r := newFollowRig(t, 2, materialize.Spec{Name: "followed"})
-	r.cpu = cpushare.New(1)
+	r.cpu = cpushare.NewLowered(1)
 	r.produce(randomRecords(rng, 2, 300, "a"))
 	r.rebuild()
 	r.follow()

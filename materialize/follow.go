@@ -252,18 +252,21 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 	var rerr error
 	go func() {
 		defer close(done)
-		rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
-			if err := room.Acquire(rctx, weight(b)); err != nil {
-				return err
-			}
-			select {
-			case in <- b:
-				opts.CPU.Yield() // a waiting read before the next poll
-				return nil
-			case <-rctx.Done():
-				room.Release(weight(b))
-				return rctx.Err()
-			}
+		// At a lower CPU priority in the daemon, as a rebuild's read.
+		opts.CPU.Run(func() {
+			rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
+				if err := room.Acquire(rctx, weight(b)); err != nil {
+					return err
+				}
+				select {
+				case in <- b:
+					opts.CPU.Yield() // a waiting read before the next poll
+					return nil
+				case <-rctx.Done():
+					room.Release(weight(b))
+					return rctx.Err()
+				}
+			})
 		})
 	}()
 	log.Info().Str("topic", spec.Topic).Interface("from", from).Msg("following")

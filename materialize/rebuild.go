@@ -125,7 +125,8 @@ type Options struct {
 	// slot, with a yield between units. The daemon sets it so that a
 	// rebuild never holds every P and its reads go first; nil (the CLI's
 	// rebuild, the default) is unlimited. The replay's read loop itself
-	// (mostly C) only yields at each hand-off.
+	// (mostly C) yields at each hand-off, and runs with the client's
+	// threads at a lower CPU priority (cpushare.Share.Run).
 	CPU *cpushare.Share
 	Log zerolog.Logger
 }
@@ -222,10 +223,16 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 			return w.send(out)
 		}
 	}
-	res, rerr := replay.Run(rctx, opts.Replay, sink)
-	if rerr == nil && opts.CatchUp != nil {
-		res, rerr = catchUp(rctx, opts, res, sink)
-	}
+	// The read, at a lower CPU priority in the daemon (cpushare's Run):
+	// the client's threads and the read loop give way to the reads.
+	var res replay.Result
+	var rerr error
+	opts.CPU.Run(func() {
+		res, rerr = replay.Run(rctx, opts.Replay, sink)
+		if rerr == nil && opts.CatchUp != nil {
+			res, rerr = catchUp(rctx, opts, res, sink)
+		}
+	})
 	werr := w.close()
 	switch {
 	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):

@@ -245,7 +245,9 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 			})
 		}
 	}
-	res, err := replay.Run(ctx, rc, sink)
+	// At a lower CPU priority in the daemon, as a rebuild's read.
+	var res replay.Result
+	o.CPU.Run(func() { res, err = replay.Run(ctx, rc, sink) })
 	if err != nil {
 		return Report{Replay: res}, err
 	}

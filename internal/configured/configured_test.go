@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
 // holds the last value of each key of its topic; Update then applies what
 // the topic gained, reading only that. The values come from a plain map
 // folded here. The build and the update take turns on a share of one
-// slot, as in a daemon on two cores.
+// slot and read at a lower priority, as in a daemon on two cores.
 func TestTablesAndUpdate(t *testing.T) {
 	topic := fmt.Sprintf("configured-%d", os.Getpid())
 	broker.TestTopic(t, topic, 1, nil)
@@ -47,7 +47,7 @@ func TestTablesAndUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu := cpushare.New(1)
+	cpu := cpushare.NewLowered(1)
 	tables := Tables(cfg, cpu)
 	if len(tables) != 1 || tables[0].Name != "t" || tables[0].Topic != topic || tables[0].Follow != nil || tables[0].Spec == nil {
 		t.Fatalf("tables %+v: want t of %s, not followed, with its spec", tables, topic)

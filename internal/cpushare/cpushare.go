@@ -38,6 +38,7 @@ import (
 type Share struct {
 	sem   *semaphore.Weighted
 	slots int
+	lower bool // Run lowers the priority (ForDaemon)
 }
 
 // New returns a share of n slots (at least 1).
@@ -48,9 +49,18 @@ func New(n int) *Share {
 
 // ForDaemon returns the share a daemon's rebuilds and followers take
 // turns on: GOMAXPROCS-1 slots, at least 1, so that one P is left to the
-// read path whenever there are two or more.
+// read path whenever there are two or more, and whose Run reads at a
+// lower CPU priority.
 func ForDaemon() *Share {
-	return New(runtime.GOMAXPROCS(0) - 1)
+	return NewLowered(runtime.GOMAXPROCS(0) - 1)
+}
+
+// NewLowered is New whose Run reads at a lower CPU priority, as
+// ForDaemon's, with n slots (at least 1).
+func NewLowered(n int) *Share {
+	s := New(n)
+	s.lower = true
+	return s
 }
 
 // Slots is the number of slots; 0 for a nil (unlimited) share.
