@@ -173,11 +173,15 @@ func (d *daemon) cpu(b *testing.B) time.Duration {
 // keysRoute is the route label of point gets in the daemon's metrics.
 const keysRoute = `route="GET /v1/tables/{table}/keys/{key...}"`
 
-// serverHist returns the daemon's own duration histogram of the point gets
-// it answered 200 (kmaterialize_http_request_duration_seconds, from
-// /metrics): the cumulative count at each upper bound. It is the time in
-// the daemon's handler, without the queueing before it and the transport.
-func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
+// serverHist returns two of the daemon's histograms from /metrics, as the
+// cumulative count at each upper bound: the duration of the point gets it
+// answered 200 (kmaterialize_http_request_duration_seconds: the time in
+// the daemon's handler, without the queueing before it and the
+// transport), and Go's scheduler latency (kmaterialize_go_sched_latencies_seconds:
+// how long the daemon's goroutines, the reads' among them, waited runnable
+// for a P). A read slow at the client with both fast waited for a CPU (the
+// machine busy), not for a P.
+func (d *daemon) serverHist(b *testing.B) (handler, sched map[float64]float64) {
 	b.Helper()
 	resp, err := unixClient(d.sock).Get("http://kmaterialize/metrics")
 	if err != nil {
@@ -188,10 +192,16 @@ func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := map[float64]float64{}
+	handler, sched = map[float64]float64{}, map[float64]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "kmaterialize_http_request_duration_seconds_bucket{") ||
-			!strings.Contains(line, keysRoute) || !strings.Contains(line, `code="200"`) {
+		var into map[float64]float64
+		switch {
+		case strings.HasPrefix(line, "kmaterialize_http_request_duration_seconds_bucket{") &&
+			strings.Contains(line, keysRoute) && strings.Contains(line, `code="200"`):
+			into = handler
+		case strings.HasPrefix(line, "kmaterialize_go_sched_latencies_seconds_bucket{"):
+			into = sched
+		default:
 			continue
 		}
 		_, rest, _ := strings.Cut(line, `le="`)
@@ -204,9 +214,12 @@ func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
 		if err != nil {
 			b.Fatalf("metrics line %q: %v", line, err)
 		}
-		out[bound] = n
+		into[bound] = n
 	}
-	return out
+	if len(sched) == 0 {
+		b.Fatalf("the daemon's /metrics has no kmaterialize_go_sched_latencies_seconds")
+	}
+	return handler, sched
 }
 
 // histQuantile returns the upper bound of the bucket that holds quantile q
@@ -226,15 +239,18 @@ func histQuantile(before, after map[float64]float64, q float64) float64 {
 	return math.Inf(1)
 }
 
-// serverSide is the daemon's view of one phase: its CPU time and its
-// handler-duration histogram.
+// serverSide is the daemon's view of one phase: its CPU time, its
+// handler-duration histogram and its scheduler-latency histogram.
 type serverSide struct {
-	cpu  time.Duration
-	hist map[float64]float64
+	cpu   time.Duration
+	hist  map[float64]float64
+	sched map[float64]float64
 }
 
 func (d *daemon) snapshot(b *testing.B) serverSide {
-	return serverSide{cpu: d.cpu(b), hist: d.serverHist(b)}
+	s := serverSide{cpu: d.cpu(b)}
+	s.hist, s.sched = d.serverHist(b)
+	return s
 }
 
 // describe says what the daemon did between s and later, for reads reads.
@@ -246,9 +262,20 @@ func (s serverSide) describe(later serverSide, reads int, took time.Duration) st
 		}
 		return time.Duration(le * float64(time.Second)).String()
 	}
-	return fmt.Sprintf("; daemon: CPU %s (%.0f%% of one core, %.0fµs per read), handler time p50 <= %s, p99 <= %s",
+	return fmt.Sprintf("; daemon: CPU %s (%.0f%% of one core, %.0fµs per read), handler time p50 <= %s, p99 <= %s; "+
+		"Go scheduler latency (all goroutines) p50 <= %s, p99 <= %s, p99.9 <= %s",
 		cpu.Round(10*time.Millisecond), 100*cpu.Seconds()/took.Seconds(), float64(cpu.Microseconds())/float64(max(reads, 1)),
-		fmtBound(histQuantile(s.hist, later.hist, 0.50)), fmtBound(histQuantile(s.hist, later.hist, 0.99)))
+		fmtBound(histQuantile(s.hist, later.hist, 0.50)), fmtBound(histQuantile(s.hist, later.hist, 0.99)),
+		fmtBound(histQuantile(s.sched, later.sched, 0.50)), fmtBound(histQuantile(s.sched, later.sched, 0.99)),
+		fmtBound(histQuantile(s.sched, later.sched, 0.999)))
+}
+
+// reportServer reports the daemon's handler and scheduler p99 of a phase
+// as benchmark metrics, beside the client's.
+func (s serverSide) reportServer(b *testing.B, later serverSide) {
+	us := func(le float64) float64 { return le * 1e6 }
+	b.ReportMetric(us(histQuantile(s.hist, later.hist, 0.99)), "handler-p99-µs")
+	b.ReportMetric(us(histQuantile(s.sched, later.sched, 0.99)), "sched-p99-µs")
 }
 
 // readStats is what the readers saw in one phase (sent from the reader
@@ -542,7 +569,9 @@ func BenchmarkServeGet(b *testing.B) {
 			all.Took += st.Took
 			all.merge(st)
 		}
-		all.report(b, "idle, "+mode, before.describe(d.snapshot(b), len(all.Lat), all.Took))
+		after := d.snapshot(b)
+		before.reportServer(b, after)
+		all.report(b, "idle, "+mode, before.describe(after, len(all.Lat), all.Took))
 	})
 
 	b.Run("rebuild", func(b *testing.B) {
@@ -568,9 +597,11 @@ func BenchmarkServeGet(b *testing.B) {
 			all.merge(st)
 		}
 		b.ReportMetric(median(rebuilds).Seconds(), "rebuild-s")
+		after := d.snapshot(b)
+		before.reportServer(b, after)
 		all.report(b, "during rebuild, "+mode, fmt.Sprintf("; rebuild of %d records took %s (median of %d); reads per generation %v%s",
 			f.records, median(rebuilds).Round(time.Millisecond), len(rebuilds), all.ByGen,
-			before.describe(d.snapshot(b), len(all.Lat), all.Took)))
+			before.describe(after, len(all.Lat), all.Took)))
 	})
 }
 
