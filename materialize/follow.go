@@ -296,7 +296,15 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 					break more
 				}
 			}
-			err := opts.CPU.Do(ctx, func() error { return a.apply(batches) })
+			// The apply in a slot of the share; ctx ending while it waits
+			// for one is the end of following, as below.
+			if err := opts.CPU.Acquire(ctx); err != nil {
+				cancel()
+				<-done
+				return nil
+			}
+			err := a.apply(batches)
+			opts.CPU.Release()
 			for _, b := range batches {
 				room.Release(weight(b))
 			}
