@@ -20,6 +20,11 @@
 //   - Never hold a slot while waiting on a channel for another stage of
 //     the same work (release first): the other stage may need the slot.
 //
+// The work the slots do not bound, the replay's read loop (mostly in C)
+// and the Kafka client's own threads, runs in Share.Run, on a thread of
+// its own at a lower CPU priority (nice.go), so that when the cores
+// themselves are busy the kernel runs the reads first.
+//
 // A nil *Share is unlimited: every method returns at once (the CLI's
 // rebuild keeps all the cores; nothing else runs in its process).
 package cpushare

@@ -17,6 +17,12 @@ const Nice = 10
 // privileges. Go's own new threads never inherit it (the runtime creates
 // them from a template thread when asked from a locked one).
 //
+// Caveat: while fn runs Go code its thread holds a P, and a kernel that
+// keeps the lowered thread waiting keeps that P from the reads too (the
+// runtime takes a P back from a thread in a cgo call or a system call,
+// which is most of the replay's time, but preempting Go code needs the
+// thread to run). The scheduler-latency metric shows such waits.
+//
 // Elsewhere, for a share of New, or a nil share, fn runs on the caller's
 // goroutine. A priority that cannot be set leaves fn at the default one.
 func (s *Share) Run(fn func()) {
