@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,6 +295,74 @@ type readStats struct {
 	Errs   []string         `json:"errs"`   // the first few failures
 	ByGen  map[uint64]int64 `json:"by_gen"` // reads answered per generation
 	Took   time.Duration    `json:"took"`
+	// Sched is the reader process's own Go scheduler latency over the
+	// phase: a read slow at the client may have waited for a CPU in the
+	// reader, not in the daemon.
+	Sched schedHist `json:"sched"`
+}
+
+// schedHist is a runtime/metrics /sched/latencies:seconds histogram (or
+// the difference of two): Counts[i] samples of at most Upper[i] seconds
+// (the last, unbounded, bucket's edge is math.MaxFloat64, which JSON can
+// carry).
+type schedHist struct {
+	Upper  []float64 `json:"upper"`
+	Counts []uint64  `json:"counts"`
+}
+
+// readSched samples this process's scheduler latency histogram.
+func readSched() schedHist {
+	sm := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(sm)
+	if sm[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedHist{}
+	}
+	h := sm[0].Value.Float64Histogram()
+	out := schedHist{Counts: slices.Clone(h.Counts)}
+	for _, e := range h.Buckets[1:] {
+		out.Upper = append(out.Upper, min(e, math.MaxFloat64))
+	}
+	return out
+}
+
+// since is h less an earlier sample of the same histogram.
+func (h schedHist) since(earlier schedHist) schedHist {
+	out := schedHist{Upper: h.Upper, Counts: slices.Clone(h.Counts)}
+	if len(earlier.Counts) == len(out.Counts) {
+		for i := range out.Counts {
+			out.Counts[i] -= earlier.Counts[i]
+		}
+	}
+	return out
+}
+
+// add adds o's counts (a histogram of the same layout) to h's.
+func (h *schedHist) add(o schedHist) {
+	if len(h.Counts) == 0 {
+		*h = schedHist{Upper: o.Upper, Counts: slices.Clone(o.Counts)}
+		return
+	}
+	if len(o.Counts) != len(h.Counts) {
+		return
+	}
+	for i := range h.Counts {
+		h.Counts[i] += o.Counts[i]
+	}
+}
+
+// quantile is the upper edge of the bucket holding quantile q.
+func (h schedHist) quantile(q float64) time.Duration {
+	var total, cum uint64
+	for _, n := range h.Counts {
+		total += n
+	}
+	for i, n := range h.Counts {
+		cum += n
+		if total > 0 && float64(cum) >= q*float64(total) {
+			return time.Duration(h.Upper[i] * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 func (s *readStats) merge(o *readStats) {
@@ -305,6 +374,7 @@ func (s *readStats) merge(o *readStats) {
 	for g, n := range o.ByGen {
 		s.ByGen[g] += n
 	}
+	s.Sched.add(o.Sched)
 }
 
 func (s *readStats) fail(format string, args ...any) {
@@ -425,11 +495,13 @@ func (s *readStats) report(b *testing.B, phase string, extra string) {
 	b.ReportMetric(us(quantile(s.Lat, 0.99)), "p99-µs")
 	b.ReportMetric(rps, "req/s")
 	b.ReportMetric(float64(s.Failed), "failed")
-	fmt.Printf("bench: serve %s: %d clients, %d reads in %s: %.0f req/s; latency p50 %s p90 %s p99 %s p99.9 %s max %s; failed %d%s\n",
+	fmt.Printf("bench: serve %s: %d clients, %d reads in %s: %.0f req/s; latency p50 %s p90 %s p99 %s p99.9 %s max %s; failed %d; "+
+		"the readers' own Go scheduler latency p99 <= %s, p99.9 <= %s%s\n",
 		phase, readers, len(s.Lat), s.Took.Round(time.Millisecond), rps,
 		quantile(s.Lat, 0.50).Round(time.Microsecond), quantile(s.Lat, 0.90).Round(time.Microsecond),
 		quantile(s.Lat, 0.99).Round(time.Microsecond), quantile(s.Lat, 0.999).Round(time.Microsecond),
-		s.Lat[len(s.Lat)-1].Round(time.Microsecond), s.Failed, extra)
+		s.Lat[len(s.Lat)-1].Round(time.Microsecond), s.Failed,
+		s.Sched.quantile(0.99).Round(time.Microsecond), s.Sched.quantile(0.999).Round(time.Microsecond), extra)
 	for _, e := range s.Errs {
 		fmt.Printf("bench: serve %s: failed read: %s\n", phase, e)
 	}
@@ -473,7 +545,9 @@ func readerMain() int {
 		_, _ = io.Copy(io.Discard, in) // until the benchmark closes stdin
 		close(stop)
 	}()
+	sched := readSched()
 	st := read(job.Sock, o, job.Rate, stop)
+	st.Sched = readSched().since(sched)
 	if err := json.NewEncoder(os.Stdout).Encode(st); err != nil {
 		fmt.Fprintln(os.Stderr, "reader:", err)
 		return 1
