@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,10 +47,17 @@ func startDaemon(b *testing.B, f *fixture) *daemon {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "kmaterialize")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/kmaterialize")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		b.Fatalf("build kmaterialize: %v", err)
+	// An experiment's knob: another build of the daemon (an earlier
+	// commit's, for a before/after under the same load).
+	if v := os.Getenv("KMATERIALIZE_BENCH_DAEMON_BIN"); v != "" {
+		bin = v
+		fmt.Printf("bench: serve: the daemon is %s (KMATERIALIZE_BENCH_DAEMON_BIN)\n", bin)
+	} else {
+		build := exec.Command("go", "build", "-o", bin, "../cmd/kmaterialize")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			b.Fatalf("build kmaterialize: %v", err)
+		}
 	}
 	cfg := filepath.Join(dir, "kmaterialize.yaml")
 	doc := fmt.Sprintf("db: tables.db\nkafka:\n  brokers: %s\ntables:\n  - name: bench\n    topic: %s\n    stall_timeout: 60s\n", f.addr, f.topic)
@@ -173,11 +181,15 @@ func (d *daemon) cpu(b *testing.B) time.Duration {
 // keysRoute is the route label of point gets in the daemon's metrics.
 const keysRoute = `route="GET /v1/tables/{table}/keys/{key...}"`
 
-// serverHist returns the daemon's own duration histogram of the point gets
-// it answered 200 (kmaterialize_http_request_duration_seconds, from
-// /metrics): the cumulative count at each upper bound. It is the time in
-// the daemon's handler, without the queueing before it and the transport.
-func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
+// serverHist returns two of the daemon's histograms from /metrics, as the
+// cumulative count at each upper bound: the duration of the point gets it
+// answered 200 (kmaterialize_http_request_duration_seconds: the time in
+// the daemon's handler, without the queueing before it and the
+// transport), and Go's scheduler latency (kmaterialize_go_sched_latencies_seconds:
+// how long the daemon's goroutines, the reads' among them, waited runnable
+// for a P). A read slow at the client with both fast waited for a CPU (the
+// machine busy), not for a P.
+func (d *daemon) serverHist(b *testing.B) (handler, sched map[float64]float64) {
 	b.Helper()
 	resp, err := unixClient(d.sock).Get("http://kmaterialize/metrics")
 	if err != nil {
@@ -188,10 +200,16 @@ func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := map[float64]float64{}
+	handler, sched = map[float64]float64{}, map[float64]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "kmaterialize_http_request_duration_seconds_bucket{") ||
-			!strings.Contains(line, keysRoute) || !strings.Contains(line, `code="200"`) {
+		var into map[float64]float64
+		switch {
+		case strings.HasPrefix(line, "kmaterialize_http_request_duration_seconds_bucket{") &&
+			strings.Contains(line, keysRoute) && strings.Contains(line, `code="200"`):
+			into = handler
+		case strings.HasPrefix(line, "kmaterialize_go_sched_latencies_seconds_bucket{"):
+			into = sched
+		default:
 			continue
 		}
 		_, rest, _ := strings.Cut(line, `le="`)
@@ -204,9 +222,11 @@ func (d *daemon) serverHist(b *testing.B) map[float64]float64 {
 		if err != nil {
 			b.Fatalf("metrics line %q: %v", line, err)
 		}
-		out[bound] = n
+		into[bound] = n
 	}
-	return out
+	// A daemon built before the metric has none: its quantiles print as
+	// +Inf.
+	return handler, sched
 }
 
 // histQuantile returns the upper bound of the bucket that holds quantile q
@@ -226,15 +246,18 @@ func histQuantile(before, after map[float64]float64, q float64) float64 {
 	return math.Inf(1)
 }
 
-// serverSide is the daemon's view of one phase: its CPU time and its
-// handler-duration histogram.
+// serverSide is the daemon's view of one phase: its CPU time, its
+// handler-duration histogram and its scheduler-latency histogram.
 type serverSide struct {
-	cpu  time.Duration
-	hist map[float64]float64
+	cpu   time.Duration
+	hist  map[float64]float64
+	sched map[float64]float64
 }
 
 func (d *daemon) snapshot(b *testing.B) serverSide {
-	return serverSide{cpu: d.cpu(b), hist: d.serverHist(b)}
+	s := serverSide{cpu: d.cpu(b)}
+	s.hist, s.sched = d.serverHist(b)
+	return s
 }
 
 // describe says what the daemon did between s and later, for reads reads.
@@ -246,9 +269,22 @@ func (s serverSide) describe(later serverSide, reads int, took time.Duration) st
 		}
 		return time.Duration(le * float64(time.Second)).String()
 	}
-	return fmt.Sprintf("; daemon: CPU %s (%.0f%% of one core, %.0fµs per read), handler time p50 <= %s, p99 <= %s",
+	return fmt.Sprintf("; daemon: CPU %s (%.0f%% of one core, %.0fµs per read), handler time p50 <= %s, p99 <= %s; "+
+		"Go scheduler latency (all goroutines) p50 <= %s, p99 <= %s, p99.9 <= %s",
 		cpu.Round(10*time.Millisecond), 100*cpu.Seconds()/took.Seconds(), float64(cpu.Microseconds())/float64(max(reads, 1)),
-		fmtBound(histQuantile(s.hist, later.hist, 0.50)), fmtBound(histQuantile(s.hist, later.hist, 0.99)))
+		fmtBound(histQuantile(s.hist, later.hist, 0.50)), fmtBound(histQuantile(s.hist, later.hist, 0.99)),
+		fmtBound(histQuantile(s.sched, later.sched, 0.50)), fmtBound(histQuantile(s.sched, later.sched, 0.99)),
+		fmtBound(histQuantile(s.sched, later.sched, 0.999)))
+}
+
+// reportServer reports the daemon's handler and scheduler p99 of a phase
+// as benchmark metrics, beside the client's.
+func (s serverSide) reportServer(b *testing.B, later serverSide) {
+	us := func(le float64) float64 { return le * 1e6 }
+	b.ReportMetric(us(histQuantile(s.hist, later.hist, 0.99)), "handler-p99-µs")
+	if len(later.sched) > 0 {
+		b.ReportMetric(us(histQuantile(s.sched, later.sched, 0.99)), "sched-p99-µs")
+	}
 }
 
 // readStats is what the readers saw in one phase (sent from the reader
@@ -259,6 +295,74 @@ type readStats struct {
 	Errs   []string         `json:"errs"`   // the first few failures
 	ByGen  map[uint64]int64 `json:"by_gen"` // reads answered per generation
 	Took   time.Duration    `json:"took"`
+	// Sched is the reader process's own Go scheduler latency over the
+	// phase: a read slow at the client may have waited for a CPU in the
+	// reader, not in the daemon.
+	Sched schedHist `json:"sched"`
+}
+
+// schedHist is a runtime/metrics /sched/latencies:seconds histogram (or
+// the difference of two): Counts[i] samples of at most Upper[i] seconds
+// (the last, unbounded, bucket's edge is math.MaxFloat64, which JSON can
+// carry).
+type schedHist struct {
+	Upper  []float64 `json:"upper"`
+	Counts []uint64  `json:"counts"`
+}
+
+// readSched samples this process's scheduler latency histogram.
+func readSched() schedHist {
+	sm := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(sm)
+	if sm[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedHist{}
+	}
+	h := sm[0].Value.Float64Histogram()
+	out := schedHist{Counts: slices.Clone(h.Counts)}
+	for _, e := range h.Buckets[1:] {
+		out.Upper = append(out.Upper, min(e, math.MaxFloat64))
+	}
+	return out
+}
+
+// since is h less an earlier sample of the same histogram.
+func (h schedHist) since(earlier schedHist) schedHist {
+	out := schedHist{Upper: h.Upper, Counts: slices.Clone(h.Counts)}
+	if len(earlier.Counts) == len(out.Counts) {
+		for i := range out.Counts {
+			out.Counts[i] -= earlier.Counts[i]
+		}
+	}
+	return out
+}
+
+// add adds o's counts (a histogram of the same layout) to h's.
+func (h *schedHist) add(o schedHist) {
+	if len(h.Counts) == 0 {
+		*h = schedHist{Upper: o.Upper, Counts: slices.Clone(o.Counts)}
+		return
+	}
+	if len(o.Counts) != len(h.Counts) {
+		return
+	}
+	for i := range h.Counts {
+		h.Counts[i] += o.Counts[i]
+	}
+}
+
+// quantile is the upper edge of the bucket holding quantile q.
+func (h schedHist) quantile(q float64) time.Duration {
+	var total, cum uint64
+	for _, n := range h.Counts {
+		total += n
+	}
+	for i, n := range h.Counts {
+		cum += n
+		if total > 0 && float64(cum) >= q*float64(total) {
+			return time.Duration(h.Upper[i] * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 func (s *readStats) merge(o *readStats) {
@@ -270,6 +374,7 @@ func (s *readStats) merge(o *readStats) {
 	for g, n := range o.ByGen {
 		s.ByGen[g] += n
 	}
+	s.Sched.add(o.Sched)
 }
 
 func (s *readStats) fail(format string, args ...any) {
@@ -390,11 +495,13 @@ func (s *readStats) report(b *testing.B, phase string, extra string) {
 	b.ReportMetric(us(quantile(s.Lat, 0.99)), "p99-µs")
 	b.ReportMetric(rps, "req/s")
 	b.ReportMetric(float64(s.Failed), "failed")
-	fmt.Printf("bench: serve %s: %d clients, %d reads in %s: %.0f req/s; latency p50 %s p90 %s p99 %s p99.9 %s max %s; failed %d%s\n",
+	fmt.Printf("bench: serve %s: %d clients, %d reads in %s: %.0f req/s; latency p50 %s p90 %s p99 %s p99.9 %s max %s; failed %d; "+
+		"the readers' own Go scheduler latency p99 <= %s, p99.9 <= %s%s\n",
 		phase, readers, len(s.Lat), s.Took.Round(time.Millisecond), rps,
 		quantile(s.Lat, 0.50).Round(time.Microsecond), quantile(s.Lat, 0.90).Round(time.Microsecond),
 		quantile(s.Lat, 0.99).Round(time.Microsecond), quantile(s.Lat, 0.999).Round(time.Microsecond),
-		s.Lat[len(s.Lat)-1].Round(time.Microsecond), s.Failed, extra)
+		s.Lat[len(s.Lat)-1].Round(time.Microsecond), s.Failed,
+		s.Sched.quantile(0.99).Round(time.Microsecond), s.Sched.quantile(0.999).Round(time.Microsecond), extra)
 	for _, e := range s.Errs {
 		fmt.Printf("bench: serve %s: failed read: %s\n", phase, e)
 	}
@@ -438,7 +545,9 @@ func readerMain() int {
 		_, _ = io.Copy(io.Discard, in) // until the benchmark closes stdin
 		close(stop)
 	}()
+	sched := readSched()
 	st := read(job.Sock, o, job.Rate, stop)
+	st.Sched = readSched().since(sched)
 	if err := json.NewEncoder(os.Stdout).Encode(st); err != nil {
 		fmt.Fprintln(os.Stderr, "reader:", err)
 		return 1
@@ -542,7 +651,9 @@ func BenchmarkServeGet(b *testing.B) {
 			all.Took += st.Took
 			all.merge(st)
 		}
-		all.report(b, "idle, "+mode, before.describe(d.snapshot(b), len(all.Lat), all.Took))
+		after := d.snapshot(b)
+		before.reportServer(b, after)
+		all.report(b, "idle, "+mode, before.describe(after, len(all.Lat), all.Took))
 	})
 
 	b.Run("rebuild", func(b *testing.B) {
@@ -568,9 +679,11 @@ func BenchmarkServeGet(b *testing.B) {
 			all.merge(st)
 		}
 		b.ReportMetric(median(rebuilds).Seconds(), "rebuild-s")
+		after := d.snapshot(b)
+		before.reportServer(b, after)
 		all.report(b, "during rebuild, "+mode, fmt.Sprintf("; rebuild of %d records took %s (median of %d); reads per generation %v%s",
 			f.records, median(rebuilds).Round(time.Millisecond), len(rebuilds), all.ByGen,
-			before.describe(d.snapshot(b), len(all.Lat), all.Took)))
+			before.describe(after, len(all.Lat), all.Took)))
 	})
 }
 

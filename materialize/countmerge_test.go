@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -104,17 +105,21 @@ func TestCountExternalSortMatchesOracle(t *testing.T) {
 	for _, conflicts := range []bool{false, true} {
 		for _, order := range []string{"forward", "random"} {
 			for _, hold := range []int{1, 4 << 10, 64 << 10} {
-				t.Run(fmt.Sprintf("conflicts=%v/%s/hold=%d", conflicts, order, hold), func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(seed, uint64(hold)))
-					batches, o := genCountBatches(rng, order, 4000, 700, conflicts)
-					testCountExternal(t, batches, o, hold)
-				})
+				// slots 1: the folds, spills, merge and Finish take turns
+				// on one slot, as in a daemon on two cores.
+				for _, slots := range []int{0, 1} {
+					t.Run(fmt.Sprintf("conflicts=%v/%s/hold=%d/slots=%d", conflicts, order, hold, slots), func(t *testing.T) {
+						rng := rand.New(rand.NewPCG(seed, uint64(hold)))
+						batches, o := genCountBatches(rng, order, 4000, 700, conflicts)
+						testCountExternal(t, batches, o, hold, slots)
+					})
+				}
 			}
 		}
 	}
 }
 
-func testCountExternal(t *testing.T, batches [][]fold.Record, o *plainCount, hold int) {
+func testCountExternal(t *testing.T, batches [][]fold.Record, o *plainCount, hold, slots int) {
 	// The oracle's table, counters and index.
 	rows := map[string]string{}
 	var pairs int64
@@ -155,6 +160,10 @@ func testCountExternal(t *testing.T, batches [][]fold.Record, o *plainCount, hol
 		t.Fatal(err)
 	}
 	w := newWriter(gen, f, 1024, 4096, hold)
+	if slots > 0 {
+		w.share = cpushare.New(slots)
+		gen.Pace(w.share)
+	}
 	w.start(context.Background())
 	for _, b := range batches {
 		if err := w.send(b); err != nil {

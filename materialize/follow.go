@@ -13,6 +13,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -106,7 +107,12 @@ type FollowOptions struct {
 	// Registry is the Schema Registry for a Spec whose key or value format
 	// needs one (as Options.Decode.Registry for a rebuild).
 	Registry decode.Registry
-	Log      zerolog.Logger
+	// CPU, if set, is the share of the process's cores the follower's
+	// applies take turns on (as Options.CPU for a rebuild): each apply
+	// (decode, fold, commit) runs in a slot taken before its transaction
+	// begins. nil: unlimited.
+	CPU *cpushare.Share
+	Log zerolog.Logger
 }
 
 // KeepCurrent keeps table opts.Spec's published generation current: it reads
@@ -246,17 +252,21 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 	var rerr error
 	go func() {
 		defer close(done)
-		rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
-			if err := room.Acquire(rctx, weight(b)); err != nil {
-				return err
-			}
-			select {
-			case in <- b:
-				return nil
-			case <-rctx.Done():
-				room.Release(weight(b))
-				return rctx.Err()
-			}
+		// At a lower CPU priority in the daemon, as a rebuild's read.
+		opts.CPU.Run(func() {
+			rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
+				if err := room.Acquire(rctx, weight(b)); err != nil {
+					return err
+				}
+				select {
+				case in <- b:
+					opts.CPU.Yield() // a waiting read before the next poll
+					return nil
+				case <-rctx.Done():
+					room.Release(weight(b))
+					return rctx.Err()
+				}
+			})
 		})
 	}()
 	log.Info().Str("topic", spec.Topic).Interface("from", from).Msg("following")
@@ -286,7 +296,15 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 					break more
 				}
 			}
+			// The apply in a slot of the share; ctx ending while it waits
+			// for one is the end of following, as below.
+			if err := opts.CPU.Acquire(ctx); err != nil {
+				cancel()
+				<-done
+				return nil
+			}
 			err := a.apply(batches)
+			opts.CPU.Release()
 			for _, b := range batches {
 				room.Release(weight(b))
 			}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
@@ -43,6 +44,9 @@ type followRig struct {
 	status *materialize.FollowStatus
 	// checkInterval is the follower's CheckInterval (0: the default).
 	checkInterval time.Duration
+	// cpu is the share the rig's rebuilds and follower take turns on
+	// (nil: unlimited).
+	cpu *cpushare.Share
 	// produced is every record written, with its offset and whether it
 	// is committed; the oracle folds it.
 	mu       sync.Mutex
@@ -97,6 +101,7 @@ func (r *followRig) rebuild() materialize.Report {
 	}
 	opts.Replay.StallTimeout = 20 * time.Second
 	opts.AllowEmpty = true
+	opts.CPU = r.cpu
 	rep, err := materialize.Rebuild(context.Background(), opts)
 	if err != nil {
 		r.t.Fatal(err)
@@ -110,7 +115,7 @@ func (r *followRig) follow() {
 	r.cancel, r.done = cancel, make(chan error, 1)
 	go func() {
 		r.done <- materialize.KeepCurrent(ctx, materialize.FollowOptions{
-			DB: r.db, Spec: r.spec, Status: r.status, Log: r.log,
+			DB: r.db, Spec: r.spec, Status: r.status, Log: r.log, CPU: r.cpu,
 			Replay:   replay.Config{Brokers: broker.Addr, StallTimeout: 20 * time.Second},
 			Interval: 50 * time.Millisecond, Refresh: 100 * time.Millisecond, CheckInterval: r.checkInterval,
 		})
@@ -190,9 +195,18 @@ func (r *followRig) rows() map[string]string {
 }
 
 // latestOracle folds the committed records plainly.
-func (r *followRig) latestOracle() map[string]string {
+func (r *followRig) latestOracle() map[string]string { return r.latestOracleTo(nil) }
+
+// latestOracleTo folds the committed records below ends (nil: all)
+// plainly.
+func (r *followRig) latestOracleTo(ends map[int32]int64) map[string]string {
 	r.mu.Lock()
-	recs := append([]tRec(nil), r.produced...)
+	var recs []tRec
+	for _, rec := range r.produced {
+		if end, ok := ends[rec.p]; ends == nil || ok && rec.o < end {
+			recs = append(recs, rec)
+		}
+	}
 	r.mu.Unlock()
 	sort.SliceStable(recs, func(i, j int) bool {
 		if recs[i].p != recs[j].p {

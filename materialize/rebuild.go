@@ -13,6 +13,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -118,7 +119,16 @@ type Options struct {
 	// than this percentage of the published table's keys. A first rebuild,
 	// or one over an empty table, is never refused. nil: off.
 	MaxChange *float64
-	Log       zerolog.Logger
+	// CPU, if set, is the share of the process's cores the rebuild's
+	// CPU-bound work takes turns on (package cpushare): the writer's
+	// folds and spills, the decoding, the merge's blocks, each a unit in a
+	// slot, with a yield between units. The daemon sets it so that a
+	// rebuild never holds every P and its reads go first; nil (the CLI's
+	// rebuild, the default) is unlimited. The replay's read loop itself
+	// (mostly C) yields at each hand-off, and runs with the client's
+	// threads at a lower CPU priority (cpushare.Share.Run).
+	CPU *cpushare.Share
+	Log zerolog.Logger
 }
 
 // Report is what a published rebuild did.
@@ -187,25 +197,42 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	log := opts.Log.With().Str("table", opts.Table).Uint64("generation", gen.ID()).Logger()
 
 	w := newWriter(gen, opts.Fold, opts.WriteBudget, split.queue, split.hold)
+	w.share = opts.CPU
+	gen.Pace(opts.CPU)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.start(rctx)
-	sink := w.send
+	sink := func(batch []fold.Record) error {
+		err := w.send(batch)
+		opts.CPU.Yield() // a waiting read before the next poll
+		return err
+	}
 	if dec != nil {
 		// Decoding runs on the replay's goroutine, before the writer: the
-		// fold sees canonical JSON.
+		// fold sees canonical JSON. It is CPU-bound work: a unit in a
+		// slot.
 		sink = func(batch []fold.Record) error {
-			out, err := dec.Decode(batch)
+			var out []fold.Record
+			err := opts.CPU.Do(rctx, func() (err error) {
+				out, err = dec.Decode(batch)
+				return err
+			})
 			if err != nil || len(out) == 0 {
 				return err
 			}
 			return w.send(out)
 		}
 	}
-	res, rerr := replay.Run(rctx, opts.Replay, sink)
-	if rerr == nil && opts.CatchUp != nil {
-		res, rerr = catchUp(rctx, opts, res, sink)
-	}
+	// The read, at a lower CPU priority in the daemon (cpushare's Run):
+	// the client's threads and the read loop give way to the reads.
+	var res replay.Result
+	var rerr error
+	opts.CPU.Run(func() {
+		res, rerr = replay.Run(rctx, opts.Replay, sink)
+		if rerr == nil && opts.CatchUp != nil {
+			res, rerr = catchUp(rctx, opts, res, sink)
+		}
+	})
 	werr := w.close()
 	switch {
 	case rerr != nil && werr != nil && errors.Is(rerr, errWriterFailed):

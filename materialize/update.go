@@ -14,6 +14,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -45,6 +46,9 @@ type UpdateOptions struct {
 	// Now is the clock the checkpoint's age is measured with. Default
 	// time.Now.
 	Now func() time.Time
+	// CPU is the share of the cores the update's folds and merge take
+	// turns on, as Options.CPU for a rebuild; nil: unlimited.
+	CPU *cpushare.Share
 	Log zerolog.Logger
 }
 
@@ -143,6 +147,7 @@ func Update(ctx context.Context, o UpdateOptions) (Report, error) {
 	opts.Decode.Registry = o.Registry
 	opts.Replay.Progress, opts.Replay.ProgressInterval = o.Progress, o.ProgressInterval
 	opts.Spec = &stored
+	opts.CPU = o.CPU
 	rep, err = Rebuild(ctx, opts)
 	rep.Mode = ModeRebuilt
 	return rep, err
@@ -197,7 +202,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		return checkContinues(OpUpdate, o.Table, cp, plan, o.Now())
 	}
 
-	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, log: log}
+	u := &updater{ctx: ctx, db: o.DB, table: o.Table, base: meta.Generation, memory: opts.Memory, hold: split.hold, cpu: o.CPU, log: log}
 	switch f := opts.Fold.(type) {
 	case *fold.Latest:
 		f.SortExternally(split.hold)
@@ -215,7 +220,11 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	}
 	defer u.abort()
 
-	sink := u.sink
+	// The update folds on the replay's goroutine: each batch (its decoding
+	// included) is a unit in a slot of the share, taken outside any write
+	// transaction (a batch that applies in place opens its own).
+	fold1 := u.sink
+	sink := func(batch []fold.Record) error { return o.CPU.Do(ctx, func() error { return fold1(batch) }) }
 	if opts.Decode.Active() {
 		// The same decoding as the table's rebuild (Rebuild), before the
 		// fold; records it skips count in the table's stats (u.stats).
@@ -227,14 +236,18 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 		defer dec.Close()
 		u.decoder = dec
 		sink = func(batch []fold.Record) error {
-			out, err := dec.Decode(batch)
-			if err != nil || len(out) == 0 {
-				return err
-			}
-			return u.sink(out)
+			return o.CPU.Do(ctx, func() error {
+				out, err := dec.Decode(batch)
+				if err != nil || len(out) == 0 {
+					return err
+				}
+				return u.sink(out)
+			})
 		}
 	}
-	res, err := replay.Run(ctx, rc, sink)
+	// At a lower CPU priority in the daemon, as a rebuild's read.
+	var res replay.Result
+	o.CPU.Run(func() { res, err = replay.Run(ctx, rc, sink) })
 	if err != nil {
 		return Report{Replay: res}, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -24,6 +25,7 @@ type updater struct {
 	base   uint64 // the published generation the update started from
 	memory int64
 	hold   int
+	cpu    *cpushare.Share // paces the merge of a new generation (the sink's callers pace the folds)
 	log    zerolog.Logger
 
 	latest *fold.Latest // the latest fold: rows held in memory, spilled as runs
@@ -115,6 +117,7 @@ func (u *updater) begin(ctx context.Context) error {
 		return fmt.Errorf("update table %q: %w", u.table, err)
 	}
 	u.gen = g
+	g.Pace(u.cpu)
 	u.log.Info().Uint64("generation", g.ID()).Msg("the update does not fit one transaction: merging it with the published rows into a new generation")
 	if u.count != nil {
 		if err := g.CopyIndexes(ctx, u.base); err != nil {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -35,12 +36,19 @@ var errWriterFailed = errors.New("table writer failed")
 // (store.Generation.WriteMerged; the count fold's identities into its index
 // with store.Generation.WriteMergedIndex, then its rows), so bbolt only
 // ever appends.
+//
+// With a share (Options.CPU), the folder stage folds each replay batch
+// (spilling when the hold budget is reached), or each buffer's write
+// transaction, in a slot, and yields between them; the collector only
+// appends and takes none. A slot is taken before a write transaction
+// begins and given back after it ends (cpushare's rules).
 type writer struct {
 	gen    *store.Generation
 	folder fold.Folder
 	budget int
-	sorter sorter // the folder, when sorted externally
-	runs   int    // run files spilled
+	sorter sorter          // the folder, when sorted externally
+	runs   int             // run files spilled
+	share  *cpushare.Share // nil: unlimited
 
 	in    chan sizedBatch
 	queue queue         // bounds the bytes of the batches in `in`
@@ -169,11 +177,17 @@ func (w *writer) write(fn func(t fold.Table) error) error {
 	return w.gen.Write(func(r store.Rows) error { return fn(foldTable{r}) })
 }
 
+// writeIn is write in a slot of the share.
+func (w *writer) writeIn(ctx context.Context, fn func(t fold.Table) error) error {
+	return w.share.Do(ctx, func() error { return w.write(fn) })
+}
+
 // finish runs the fold's Finish in one transaction, after close; for the
-// latest fold, it merges the runs and the held rows into the generation.
+// latest fold, it merges the runs and the held rows into the generation
+// (paced by the share: store.Generation.Pace).
 func (w *writer) finish(ctx context.Context) error {
 	if w.sorter == nil {
-		return w.write(w.folder.Finish)
+		return w.writeIn(ctx, w.folder.Finish)
 	}
 	w.runs = w.gen.Runs()
 	if c, ok := w.sorter.(*fold.Count); ok {
@@ -184,7 +198,7 @@ func (w *writer) finish(ctx context.Context) error {
 		}
 		// The rows (one per group) and the conflict check, now that the
 		// merge has counted.
-		return w.write(c.Finish)
+		return w.writeIn(ctx, c.Finish)
 	}
 	err := w.gen.WriteMerged(ctx, w.sorter.Sorted())
 	w.sorter.Reset()
@@ -194,23 +208,33 @@ func (w *writer) finish(ctx context.Context) error {
 // foldSorted folds one buffer into the rows the latest fold holds, and
 // spills them as a run once they reach the hold budget. It folds foldChunk
 // records at a time, so a buffer bigger than the hold budget still spills
-// when the budget is reached, not after the whole buffer.
-func (w *writer) foldSorted(buf [][]fold.Record) error {
+// when the budget is reached, not after the whole buffer. Each replay
+// batch of the buffer (and the spill it fills) is one unit of the share.
+func (w *writer) foldSorted(ctx context.Context, buf [][]fold.Record) error {
 	for _, batch := range buf {
-		for len(batch) > 0 {
-			n := min(len(batch), foldChunk)
-			if err := w.sorter.Fold(nil, batch[:n]); err != nil {
-				return err
-			}
-			batch = batch[n:]
-			if !w.sorter.Full() {
-				continue
-			}
-			if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
-				return err
-			}
-			w.sorter.Reset()
+		if err := w.share.Do(ctx, func() error { return w.foldBatch(batch) }); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// foldBatch folds one replay batch into the held rows, spilling a run
+// each time they reach the hold budget.
+func (w *writer) foldBatch(batch []fold.Record) error {
+	for len(batch) > 0 {
+		n := min(len(batch), foldChunk)
+		if err := w.sorter.Fold(nil, batch[:n]); err != nil {
+			return err
+		}
+		batch = batch[n:]
+		if !w.sorter.Full() {
+			continue
+		}
+		if err := w.gen.SpillRun(w.sorter.Sorted()); err != nil {
+			return err
+		}
+		w.sorter.Reset()
 	}
 	return nil
 }
@@ -234,9 +258,9 @@ func (w *writer) loop(ctx context.Context) {
 				continue
 			}
 			if w.sorter != nil {
-				foldErr = w.foldSorted(pending)
+				foldErr = w.foldSorted(ctx, pending)
 			} else {
-				foldErr = w.write(func(t fold.Table) error {
+				foldErr = w.writeIn(ctx, func(t fold.Table) error {
 					for _, b := range pending {
 						if err := w.folder.Fold(t, b); err != nil {
 							return err

@@ -224,6 +224,7 @@ func TestAPIContract(t *testing.T) {
 				"kmaterialize_rebuild_duration_seconds_count{outcome=\"success\",table=\"main\"} 1\n",
 				"kmaterialize_rebuild_last_success_timestamp_seconds{table=\"main\"}",
 				"kmaterialize_http_request_duration_seconds_count{code=\"200\",route=\"GET /v1/tables/{table}\"}",
+				"kmaterialize_go_sched_latencies_seconds_bucket{le=\"+Inf\"}",
 			} {
 				if !bytes.Contains(r.body, []byte(line)) {
 					t.Errorf("metrics lack %q", line)

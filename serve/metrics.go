@@ -56,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		followCollector{s}, dbCollector{s})
+		followCollector{s}, dbCollector{s}, schedCollector{})
 	m.scrape = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }

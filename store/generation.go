@@ -35,6 +35,8 @@ type Generation struct {
 	// keep and guard are set by Keep and Guard (history.go) for Publish.
 	keep  int
 	guard func(Changes) error
+	// pacer, set by Pace (sortedwrite.go), shares the merge's CPU.
+	pacer Pacer
 }
 
 // Begin creates a new, empty generation of table in its own committed

@@ -31,6 +31,35 @@ const (
 	minRowGuess = 64
 )
 
+// Pacer shares the CPU that a generation's merge takes with the rest of
+// the process (the daemon's read path; internal/cpushare.Share is one):
+// each unit of the merge, a block built and a block committed, runs
+// between Acquire and Release, and Acquire is called outside any
+// transaction and without a block held back from the other goroutine, so
+// that a pacer with one slot cannot deadlock the two.
+type Pacer interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
+
+// Pace makes the generation's merges (WriteMerged, WriteMergedIndex,
+// WriteMergedOver) take turns on p; nil (the default) runs them unpaced.
+func (g *Generation) Pace(p Pacer) { g.pacer = p }
+
+// acquire and release are the pacer's, when there is one.
+func (g *Generation) acquire(ctx context.Context) error {
+	if g.pacer == nil {
+		return nil
+	}
+	return g.pacer.Acquire(ctx)
+}
+
+func (g *Generation) release() {
+	if g.pacer != nil {
+		g.pacer.Release()
+	}
+}
+
 // writeSorted appends src, in strictly ascending key order and without
 // tombstones, to the empty rows bucket, and counts the rows; or, index not
 // nil, to the empty index bucket index.
@@ -57,6 +86,10 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) 
 			case <-stop:
 				return
 			}
+			if err := g.acquire(ctx); err != nil {
+				srcErr = err
+				return
+			}
 			b.reset()
 			if cap(b.data) < limit {
 				// A row may end past the limit: room for one more. The
@@ -68,6 +101,7 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) 
 			for b.size() < limit {
 				k, v, ok, err := src.Next()
 				if err != nil {
+					g.release()
 					srcErr = err
 					return
 				}
@@ -77,6 +111,7 @@ func (g *Generation) writeSorted(ctx context.Context, src Sorted, index []byte) 
 				}
 				b.add(k, v)
 			}
+			g.release()
 			select {
 			case full <- b:
 			case <-stop:
@@ -105,6 +140,9 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 	first := true
 	for b := range full {
 		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
+		}
+		if err := g.acquire(ctx); err != nil {
 			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 		}
 		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
@@ -143,6 +181,7 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 			failpoint.Hit(failpoint.FoldCommitBefore) // a crash here leaves the old table; the next open removes the unpublished generation
 			return nil
 		})
+		g.release()
 		if err != nil {
 			return fmt.Errorf("write generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/config"
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/internal/configured"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/serve"
 )
@@ -198,7 +199,10 @@ func runServe(c *cli.Context) error {
 		}
 		defer stop()
 	}
-	srv, err := serve.New(serveConfig(c, cfg, path, log))
+	// Reads first: the rebuilds and followers leave one P to the reads
+	// (internal/cpushare); one share for the daemon's life, reloads too.
+	cpu := cpushare.ForDaemon()
+	srv, err := serve.New(serveConfig(c, cfg, path, log, cpu))
 	if err != nil {
 		return err
 	}
@@ -216,7 +220,7 @@ func runServe(c *cli.Context) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, propsFile, cfg, srv, log, red)
+				reload(path, propsFile, cfg, srv, log, red, cpu)
 			}
 		}
 	}()
@@ -232,15 +236,15 @@ func runServe(c *cli.Context) error {
 
 // serveConfig is the daemon's configuration from the config file cfg
 // loaded from path.
-func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Logger) serve.Config {
+func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Logger, cpu *cpushare.Share) serve.Config {
 	return serve.Config{
 		DBPath: cfg.DB, Socket: cfg.Socket, SocketMode: cfg.SocketMode, SocketGroup: cfg.SocketGroup,
 		Listen: cfg.Listen, AllowRemote: cfg.AllowRemote, AdminToken: cfg.AdminToken.Reveal(),
 		ReadToken: cfg.ReadToken.Reveal(), MetricsToken: cfg.MetricsToken.Reveal(),
 		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, AllowPlaintextTokens: cfg.AllowPlaintextTokens,
-		LockTimeout: lockTimeout(c), Tables: configured.Tables(cfg), ExitCode: exitCode, Log: log,
+		LockTimeout: lockTimeout(c), Tables: configured.Tables(cfg, cpu), ExitCode: exitCode, Log: log,
 		PageCheck: pageCheck, Command: "kmaterialize serve --config " + path,
-		Update: configured.Update(cfg),
+		Update: configured.Update(cfg, cpu),
 
 		MaxConcurrentRuns: cfg.MaxConcurrentRuns, RetryBackoffMax: cfg.RetryBackoffMax, ShutdownTimeout: cfg.ShutdownTimeout,
 		Stopping: func() {
@@ -273,7 +277,7 @@ func checkServeConfig(c *cli.Context, path string) error {
 	if st, err := os.Stat(cfg.DB); err == nil && st.IsDir() {
 		return &config.Error{Path: path, Field: "db", Msg: fmt.Sprintf("%s is a directory; the database is a file", cfg.DB)}
 	}
-	if _, err := serve.New(serveConfig(c, cfg, path, log)); err != nil {
+	if _, err := serve.New(serveConfig(c, cfg, path, log, nil)); err != nil {
 		// serve's own checks (socket mode and group, listen, table names)
 		// name the field; the file is this one.
 		return fmt.Errorf("config %s: %w", path, err)
@@ -363,7 +367,7 @@ func loadServeConfig(path string, propsFile ...string) (*config.Config, error) {
 
 // reload is SIGHUP: the tables of the file as it is now replace the
 // running ones; a file that does not load changes nothing.
-func reload(path, propsFile string, old *config.Config, srv *serve.Server, log zerolog.Logger, red *config.Redactor) {
+func reload(path, propsFile string, old *config.Config, srv *serve.Server, log zerolog.Logger, red *config.Redactor, cpu *cpushare.Share) {
 	cfg, err := loadServeConfig(path, propsFile)
 	if err == nil {
 		red.Add(cfg.Secrets()...)
@@ -382,7 +386,7 @@ func reload(path, propsFile string, old *config.Config, srv *serve.Server, log z
 	}
 	// SetTables also reads the TLS certificate and key again; when they do
 	// not load, nothing changes.
-	if err := srv.SetTables(configured.Tables(cfg)); err != nil {
+	if err := srv.SetTables(configured.Tables(cfg, cpu)); err != nil {
 		log.Error().Err(err).Str("config", path).Msg("reload refused: keeping the running tables and TLS certificate")
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/internal/cpushare"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) { os.Exit(localkafka.RunTests(m, &broker)) }
 // TestTablesAndUpdate: the table of a config file, built by Tables' Build,
 // holds the last value of each key of its topic; Update then applies what
 // the topic gained, reading only that. The values come from a plain map
-// folded here.
+// folded here. The build and the update take turns on a share of one
+// slot and read at a lower priority, as in a daemon on two cores.
 func TestTablesAndUpdate(t *testing.T) {
 	topic := fmt.Sprintf("configured-%d", os.Getpid())
 	broker.TestTopic(t, topic, 1, nil)
@@ -45,7 +47,8 @@ func TestTablesAndUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := Tables(cfg)
+	cpu := cpushare.NewLowered(1)
+	tables := Tables(cfg, cpu)
 	if len(tables) != 1 || tables[0].Name != "t" || tables[0].Topic != topic || tables[0].Follow != nil || tables[0].Spec == nil {
 		t.Fatalf("tables %+v: want t of %s, not followed, with its spec", tables, topic)
 	}
@@ -79,7 +82,7 @@ func TestTablesAndUpdate(t *testing.T) {
 	check("after the build")
 
 	produce("b", "2", "c", "1")
-	rep, err := Update(cfg)(context.Background(), db, "t", false, log)
+	rep, err := Update(cfg, cpu)(context.Background(), db, "t", false, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +92,7 @@ func TestTablesAndUpdate(t *testing.T) {
 	check("after the update")
 
 	// An update of a table the file lacks fails, naming it.
-	if _, err := Update(cfg)(context.Background(), db, "nope", false, log); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+	if _, err := Update(cfg, cpu)(context.Background(), db, "nope", false, log); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Fatalf("update of a missing table: %v, want an error naming it", err)
 	}
 }
