@@ -252,7 +252,11 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 	var rerr error
 	go func() {
 		defer close(done)
-		// At a lower CPU priority in the daemon, as a rebuild's read.
+		// At a lower CPU priority in the daemon, as a rebuild's read, and
+		// in turns of its share for the batches' Go work.
+		if opts.CPU != nil {
+			fc.CPU = opts.CPU
+		}
 		opts.CPU.Run(func() {
 			rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
 				if err := room.Acquire(rctx, weight(b)); err != nil {

@@ -227,6 +227,9 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	// the client's threads and the read loop give way to the reads.
 	var res replay.Result
 	var rerr error
+	if opts.CPU != nil {
+		opts.Replay.CPU = opts.CPU
+	}
 	opts.CPU.Run(func() {
 		res, rerr = replay.Run(rctx, opts.Replay, sink)
 		if rerr == nil && opts.CatchUp != nil {

@@ -247,6 +247,9 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	}
 	// At a lower CPU priority in the daemon, as a rebuild's read.
 	var res replay.Result
+	if o.CPU != nil {
+		rc.CPU = o.CPU
+	}
 	o.CPU.Run(func() { res, err = replay.Run(ctx, rc, sink) })
 	if err != nil {
 		return Report{Replay: res}, err

@@ -63,8 +63,16 @@ func (pr *partReader) readBatch(ctx context.Context, q *batchQueue, timeoutMs, m
 		return br, &Error{Op: pr.op, Topic: pr.c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
 	}
 	br.messages = n
-	if n > 0 {
-		batchesTaken.Add(1)
+	if n == 0 {
+		return br, nil
+	}
+	batchesTaken.Add(1)
+	if pr.c.CPU != nil {
+		if err := pr.c.CPU.Acquire(ctx); err != nil {
+			return br, err
+		}
+		pr.paced = true
+		defer pr.unpace()
 	}
 	for i := 0; i < n; i++ {
 		code, p, off := q.message(i)
@@ -91,6 +99,16 @@ func (pr *partReader) readBatch(ctx context.Context, q *batchQueue, timeoutMs, m
 		}
 	}
 	return br, nil
+}
+
+// unpace gives back the CPU turn readBatch took, if it still holds it: the
+// driver calls it before its sink, which may wait for a writer that needs
+// a turn itself.
+func (pr *partReader) unpace() {
+	if pr.paced {
+		pr.paced = false
+		pr.c.CPU.Release()
+	}
 }
 
 // consumerEvents bounds the consumer queue's events served in one round.

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,5 +474,60 @@ func TestFollowHeldRecordsOwnTheirBytes(t *testing.T) {
 	want := []string{"k1=v1false", "k2=v2false", "h:hk", "XX=true"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("held records (-want +got):\n%s", diff)
+	}
+}
+
+// countingPacer is a one-turn Pacer that counts its turns and says whether
+// one is held.
+type countingPacer struct {
+	held  atomic.Bool
+	turns atomic.Int64
+}
+
+func (p *countingPacer) Acquire(context.Context) error {
+	if p.held.Swap(true) {
+		return errors.New("a second turn taken while one is held")
+	}
+	p.turns.Add(1)
+	return nil
+}
+
+func (p *countingPacer) Release() { p.held.Store(false) }
+
+// TestBatchReaderPaced: with Config.CPU, each batch's Go work runs in a
+// turn, the sink is never called inside one (it may wait for a writer
+// that needs a turn), and the records are the oracle's.
+func TestBatchReaderPaced(t *testing.T) {
+	topic := newTopic(t, 4)
+	produceMixed(t, topic)
+	one := cfg(t, topic)
+	one.perRecord = true
+	want, _, err := readAll(t, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingPacer{}
+	c := cfg(t, topic)
+	c.CPU, c.BatchRecords = p, 17
+	var got []fullRec
+	inTurn := 0
+	_, err = Run(context.Background(), c, func(b []fold.Record) error {
+		if p.held.Load() {
+			inTurn++
+		}
+		for _, r := range b {
+			got = append(got, toFull(r))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sortFull(got)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("records (-per record +paced):\n%s", diff)
+	}
+	if p.turns.Load() == 0 || inTurn != 0 || p.held.Load() {
+		t.Fatalf("%d turns, %d sink calls inside a turn, held at the end %v; want some, 0, false", p.turns.Load(), inTurn, p.held.Load())
 	}
 }

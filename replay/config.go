@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -57,6 +58,13 @@ type Until struct {
 	Timestamp time.Time
 }
 
+// Pacer is a share of the CPU that CPU-bound work takes turns on: Acquire
+// waits for a turn (or for ctx to end), Release ends it.
+type Pacer interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
+
 // IsZero reports whether u bounds nothing.
 func (u Until) IsZero() bool { return len(u.Offsets) == 0 && u.Timestamp.IsZero() }
 
@@ -98,6 +106,11 @@ type Config struct {
 	// Headers asks for record headers in record.Record.Headers (off by
 	// default: they cost a record its headers' bytes in the batch).
 	Headers bool
+	// CPU, when set, is held around the Go work of each batch read (its
+	// records made and handed to the driver), never around the wait for
+	// records nor around the sink: a daemon's reads keep a P while
+	// replays run (package cpushare's Share is one).
+	CPU Pacer
 	// perRecord reads with confluent-kafka-go's Poll, one message a call,
 	// instead of in batches (batch.go): the tests' oracle for the batch
 	// reader.

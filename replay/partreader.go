@@ -56,6 +56,8 @@ type partReader struct {
 	// topicChecked is when metadata was last asked whether the topic
 	// still exists, after the client reported it unknown.
 	topicChecked time.Time
+	// paced: the reader holds a turn of Config.CPU (readBatch).
+	paced bool
 }
 
 // partDriver is what a partReader's driver (the bounded replay or the

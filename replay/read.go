@@ -344,6 +344,9 @@ func (r *reader) flush() error {
 	if len(r.batch) == 0 {
 		return nil
 	}
+	// The rest of the batch read runs without a CPU turn: the sink may
+	// wait for the writer, which takes turns too.
+	r.pr.unpace()
 	b := r.batch
 	r.batch = make([]record.Record, 0, r.c.BatchRecords)
 	r.bytes = 0
