@@ -75,7 +75,10 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 		clients = append(clients, other)
 	}
 
-	var mu sync.Mutex // serializes the sink and the progress
+	// The sink and the progress are each called by one reader at a time,
+	// under their own locks: a reader's progress never waits behind
+	// another's sink, which may wait for the writer.
+	var mu sync.Mutex
 	one := func(b []record.Record) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,7 +96,7 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 	for i := 0; i < n; i++ {
 		rc := c
 		if c.Progress != nil {
-			rc.Progress = func(p Progress) { prog.update(i, p, &mu) }
+			rc.Progress = func(p Progress) { prog.update(i, p) }
 		}
 		r := newReader(rc, clients[i], shares[i], one, started)
 		wg.Add(1)
@@ -115,15 +118,16 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 	}
 	res.Plan.Partitions = append([]PartitionBounds(nil), plan.Partitions...)
 	if c.Progress != nil {
-		mu.Lock()
+		prog.mu.Lock()
 		c.Progress(prog.combined(started))
-		mu.Unlock()
+		prog.mu.Unlock()
 	}
 	return res, first
 }
 
 // progressOf combines the readers' snapshots into the replay's.
 type progressOf struct {
+	mu    sync.Mutex // serializes the calls of c.Progress
 	c     Config
 	snaps []Progress
 	last  time.Time
@@ -131,9 +135,9 @@ type progressOf struct {
 
 // update takes reader i's snapshot and reports the combined one at most
 // every ProgressInterval.
-func (p *progressOf) update(i int, s Progress, mu *sync.Mutex) {
-	mu.Lock()
-	defer mu.Unlock()
+func (p *progressOf) update(i int, s Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.snaps[i] = s
 	if now := time.Now(); now.Sub(p.last) >= p.c.ProgressInterval {
 		p.last = now
