@@ -117,6 +117,7 @@ func (s *Server) dispatchLocked() {
 		r := s.queue[0]
 		s.queue = s.queue[1:]
 		r.phase, r.started = phaseReading, s.now()
+		r.def, r.configured = s.tables[r.table]
 		s.running++
 		s.runWG.Add(1)
 		go func() {

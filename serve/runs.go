@@ -50,8 +50,14 @@ type run struct {
 	// and its report, set before done closes.
 	rebuildIfNeeded bool
 	report          *materialize.Report
-	done            chan struct{}
-	result          runResult
+	// def is the table's definition when the run left the queue
+	// (dispatchLocked), configured whether it had one: a reload after
+	// that changes the next run, not this one, whenever its goroutine
+	// gets to read it.
+	def        tableDef
+	configured bool
+	done       chan struct{}
+	result     runResult
 }
 
 // runResult is how a run ended.
@@ -178,9 +184,7 @@ func (s *Server) execute(r *run) {
 // follower's Rebuild) by its definition as configured when the run leaves
 // the queue; a followed table follows again once it ends.
 func (s *Server) rebuildWork(r *run) runWork {
-	s.mu.Lock()
-	def, configured := s.tables[r.table]
-	s.mu.Unlock()
+	def, configured := r.def, r.configured
 	paused := false
 	return runWork{
 		what: "rebuild",
