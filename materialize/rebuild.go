@@ -67,7 +67,7 @@ func splitMemory(m int64) memorySplit {
 }
 
 // prefetchProp is the librdkafka property splitMemory sizes.
-const prefetchProp = "queued.max.messages.kbytes"
+const prefetchProp = replay.PrefetchProperty
 
 // Options describe one rebuild.
 type Options struct {

@@ -30,15 +30,15 @@ import (
 // bytes a share of c's.
 func (c Config) shared() Config {
 	n := c.Readers
-	kib, err := strconv.Atoi(c.Props[prefetchKiB])
-	if c.Props[prefetchKiB] == "" || err != nil || kib <= 0 {
-		kib, _ = strconv.Atoi(TunedDefaults[prefetchKiB])
+	kib, err := strconv.Atoi(c.Props[PrefetchProperty])
+	if c.Props[PrefetchProperty] == "" || err != nil || kib <= 0 {
+		kib, _ = strconv.Atoi(TunedDefaults[PrefetchProperty])
 	}
 	props := make(map[string]string, len(c.Props)+1)
 	for k, v := range c.Props {
 		props[k] = v
 	}
-	props[prefetchKiB] = strconv.Itoa(max(kib/n, 1))
+	props[PrefetchProperty] = strconv.Itoa(max(kib/n, 1))
 	c.Props = props
 	if c.BatchBytes > 0 {
 		c.BatchBytes = max(c.BatchBytes/n, 1)
@@ -46,9 +46,10 @@ func (c Config) shared() Config {
 	return c
 }
 
-// prefetchKiB is the librdkafka property that bounds a consumer's
-// prefetch queue.
-const prefetchKiB = "queued.max.messages.kbytes"
+// PrefetchProperty is the librdkafka property that bounds a consumer's
+// prefetch queue, in KiB: the share of memory the callers size (package
+// materialize's splits) and N readers divide.
+const PrefetchProperty = "queued.max.messages.kbytes"
 
 // runReaders reads plan with c.Readers readers, the first on cl.
 func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink, started time.Time) (Result, error) {

@@ -88,14 +88,14 @@ func TestReadersShareMemory(t *testing.T) {
 		wantBatch int
 	}{
 		{nil, 0, 2, "8192", 0},
-		{map[string]string{prefetchKiB: "32768"}, 4 << 20, 4, "8192", 1 << 20},
-		{map[string]string{prefetchKiB: "3"}, 5, 8, "1", 1},
+		{map[string]string{PrefetchProperty: "32768"}, 4 << 20, 4, "8192", 1 << 20},
+		{map[string]string{PrefetchProperty: "3"}, 5, 8, "1", 1},
 	} {
 		got := Config{Props: c.props, BatchBytes: c.batch, Readers: c.n}.shared()
-		if got.Props[prefetchKiB] != c.wantKiB || got.BatchBytes != c.wantBatch {
-			t.Errorf("%v, batch %d, %d readers: prefetch %s KiB, batch %d; want %s, %d", c.props, c.batch, c.n, got.Props[prefetchKiB], got.BatchBytes, c.wantKiB, c.wantBatch)
+		if got.Props[PrefetchProperty] != c.wantKiB || got.BatchBytes != c.wantBatch {
+			t.Errorf("%v, batch %d, %d readers: prefetch %s KiB, batch %d; want %s, %d", c.props, c.batch, c.n, got.Props[PrefetchProperty], got.BatchBytes, c.wantKiB, c.wantBatch)
 		}
-		if c.props != nil && c.props[prefetchKiB] == got.Props[prefetchKiB] && c.n > 1 && c.wantKiB != c.props[prefetchKiB] {
+		if c.props != nil && c.props[PrefetchProperty] == got.Props[PrefetchProperty] && c.n > 1 && c.wantKiB != c.props[PrefetchProperty] {
 			t.Errorf("the caller's Props were changed")
 		}
 	}
