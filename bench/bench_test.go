@@ -28,6 +28,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/fold"
 	"github.com/kmaterialize/kmaterialize/internal/kafkatest"
+	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/replay"
 )
 
@@ -71,8 +72,9 @@ func rawMain(addr, topic string) int {
 }
 
 // benchReaders is KMATERIALIZE_BENCH_READERS: the readers of the raw
-// consume and of the rebuild (--readers), 1 unless set.
-func benchReaders() int { return envInt("KMATERIALIZE_BENCH_READERS", 1) }
+// consume and of the rebuild (--readers), the rebuild's default
+// (materialize.DefaultReaders) unless set.
+func benchReaders() int { return envInt("KMATERIALIZE_BENCH_READERS", materialize.DefaultReaders) }
 
 // fixture is the broker, the built binaries and the filled topic, shared
 // by every benchmark iteration (filling is not what is measured). The

@@ -93,7 +93,8 @@
 // --identity-field id --group-field g, so the topic has one distinct
 // identity per key. KMATERIALIZE_BENCH_KCAT=0 leaves kcat out.
 // KMATERIALIZE_BENCH_READERS=N reads with N readers in the raw consume and
-// the rebuild (--readers N; the floor keeps one consumer).
+// the rebuild (--readers N; default the rebuild's default, 2; the floor
+// keeps one consumer).
 //
 // BenchmarkServeGet uses the same topic:
 //

@@ -48,6 +48,14 @@ const DefaultMemory = 256 << 20
 //
 // Live: 7M/16 of Go memory (about 7M/8 with garbage) plus M/8 of C, within
 // M.
+//
+// With N readers (replay.Config.Readers) the prefetch queue and the batch
+// bytes are divided among them (the replay does it), but each reader beyond
+// the first is a consumer of its own, with its own broker threads, their
+// receive buffers and its batch arenas in flight: the fold's held rows give
+// up M/32 for each (at most down to M/8), measured as the difference in
+// peak RssAnon between one and two readers at 5M distinct keys
+// (bench/RESULTS.md).
 type memorySplit struct {
 	prefetchKiB int // queued.max.messages.kbytes
 	batchBytes  int // replay.Config.BatchBytes
@@ -56,14 +64,30 @@ type memorySplit struct {
 	hold        int // bytes of rows the fold holds before spilling
 }
 
-func splitMemory(m int64) memorySplit {
+func splitMemory(m int64, readers int) memorySplit {
+	hold := max(m/4-int64(max(readers-1, 0))*(m/32), m/8)
 	return memorySplit{
 		prefetchKiB: int(max(m/8/1024, 1)),
 		batchBytes:  int(max(m/64, 1)),
 		queue:       int(max(m/16-m/64, 1)),
 		buffer:      int(max(m/16, 1)),
-		hold:        int(max(m/4, 1)),
+		hold:        int(max(hold, 1)),
 	}
+}
+
+// DefaultReaders is how many consumers a rebuild or an update reads the
+// topic's partitions with when the table's definition does not say
+// (Spec.Readers 0): two read faster than one even on two cores, since
+// librdkafka parses each consumer's fetch responses on that consumer's own
+// broker thread (bench/RESULTS.md, "Parallel readers").
+const DefaultReaders = 2
+
+// readers is r, or DefaultReaders when r is not positive.
+func readers(r int) int {
+	if r > 0 {
+		return r
+	}
+	return DefaultReaders
 }
 
 // prefetchProp is the librdkafka property splitMemory sizes.
@@ -155,7 +179,8 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if opts.Memory <= 0 {
 		opts.Memory = DefaultMemory
 	}
-	split := splitMemory(opts.Memory)
+	opts.Replay.Readers = readers(opts.Replay.Readers)
+	split := splitMemory(opts.Memory, opts.Replay.Readers)
 	if opts.WriteBudget <= 0 {
 		opts.WriteBudget = split.buffer
 	}

@@ -89,7 +89,8 @@ type Spec struct {
 	Memory int64 `json:"memory,omitempty"`
 	// Readers is how many consumers a rebuild reads the topic's
 	// partitions with (replay.Config.Readers), each a share of them and of
-	// Memory's prefetch and batch parts. 0 means 1; at most MaxReaders.
+	// Memory's prefetch and batch parts. 0 means DefaultReaders; at most
+	// MaxReaders.
 	Readers int `json:"readers,omitempty"`
 	// ValueFormat and KeyFormat say how record values and keys are decoded
 	// before the fold (package decode): raw (the default, ""), json,

@@ -180,8 +180,9 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	if opts.Memory <= 0 {
 		opts.Memory = DefaultMemory
 	}
-	split := splitMemory(opts.Memory)
 	rc := opts.Replay
+	rc.Readers = readers(rc.Readers)
+	split := splitMemory(opts.Memory, rc.Readers)
 	rc.Progress, rc.ProgressInterval = o.Progress, o.ProgressInterval
 	if _, set := rc.Props[prefetchProp]; !set {
 		props := maps.Clone(rc.Props)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/rs/zerolog"
@@ -169,11 +170,10 @@ func refusal(op, topic string, err error) string {
 // Nothing of a replay needs the coordinator, so the refusal is neither an
 // error of the replay nor a cause of a stall: it is logged once, as a
 // warning naming the ACL that silences it, and passed over.
-func groupRefusal(logged *bool, log zerolog.Logger, topic, group string, err error) {
-	if *logged {
+func groupRefusal(logged *atomic.Bool, log zerolog.Logger, topic, group string, err error) {
+	if !logged.CompareAndSwap(false, true) {
 		return
 	}
-	*logged = true
 	log.Warn().Err(err).Str("topic", topic).Str("group", group).
 		Msg("the brokers refused the coordinator lookup of the replay's own group (never joined nor committed to; the replay goes on): grant Describe on the group prefix to silence this (see docs/security.md)")
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kmaterialize/kmaterialize/record"
@@ -89,6 +90,8 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make([]Result, n)
+	refused := new(atomic.Bool) // the readers' groups are refused alike: one warning
+
 	var (
 		first     error // the first reader's error, not the others' interruption by it
 		firstOnce sync.Once
@@ -100,6 +103,7 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 			rc.Progress = func(p Progress) { prog.update(i, p) }
 		}
 		r := newReader(rc, clients[i], shares[i], one, started)
+		r.pr.groupRefused = refused
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -48,8 +49,9 @@ type partReader struct {
 	messageDeleted bool
 
 	// groupRefused is set once the refusal of the reader's own group's
-	// coordinator lookup has been logged (groupRefusal).
-	groupRefused bool
+	// coordinator lookup has been logged (groupRefusal); N readers share
+	// one, so a replay says it once.
+	groupRefused *atomic.Bool
 	// lastErr is the last transient client error, for the driver's stall
 	// error to name.
 	lastErr error
@@ -158,7 +160,10 @@ func (pr *partReader) clientEvent(ctx context.Context, e kafka.Error) error {
 	}
 	if e.Code() == kafka.ErrGroupAuthorizationFailed {
 		// The reader's own group (groupRefusal): not the read's error.
-		groupRefusal(&pr.groupRefused, pr.c.Log, pr.c.Topic, pr.cl.group, e)
+		if pr.groupRefused == nil {
+			pr.groupRefused = new(atomic.Bool)
+		}
+		groupRefusal(pr.groupRefused, pr.c.Log, pr.c.Topic, pr.cl.group, e)
 		return nil
 	}
 	if refusedFetch(e) {
