@@ -206,6 +206,12 @@ func ParseCursor(s string) (Cursor, error) {
 	if len(s) > MaxPositionsText {
 		return bad("too long")
 	}
+	// The decoder skips '\r' and '\n': only the alphabet is a cursor.
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return bad("not base64url")
+		}
+	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return bad("not base64url")
