@@ -78,7 +78,8 @@ func (c *client) post(t *testing.T, path, body string) response {
 // produced offsets give (the last offset + 1 per partition, 0 for the
 // empty partition), in the header and in the cursor. A read with
 // min_positions at those positions answers at once; one past them times
-// out with 409 positions_not_reached and the positions; bad values are 400.
+// out with 409 positions_not_reached and the positions, or 503 when every
+// waiting slot is taken; bad values are 400.
 func TestPositionsOnEveryRead(t *testing.T) {
 	topic := unique(t, "topic")
 	broker.TestTopic(t, topic, 3, nil)
@@ -137,6 +138,16 @@ func TestPositionsOnEveryRead(t *testing.T) {
 	if r := d.c.post(t, "/v1/tables/t/count", `{"min_positions": {"1": `+fmt.Sprint(past[1])+`}}`); r.status != http.StatusConflict {
 		t.Fatalf("POST count past the table without wait: %d %s, want 409", r.status, r.body)
 	}
+	// With every waiting slot taken, a read that must wait is refused; one
+	// whose positions are reached is not.
+	d.s.waiters.Add(MaxPositionWaiters)
+	if r := d.c.get(t, "/v1/tables/t/keys/k01?wait=1s&min_positions="+url.QueryEscape(past.String())); r.status != http.StatusServiceUnavailable || r.apiErr(t).Code != api.CodeTooManyWaiters {
+		t.Fatalf("a read that must wait, every slot taken: %d %s, want 503 too_many_waiters", r.status, r.body)
+	}
+	if r := d.c.get(t, "/v1/tables/t/keys/k01?wait=1s&min_positions="+url.QueryEscape(want.String())); r.status != http.StatusOK {
+		t.Fatalf("a read at the table's positions, every slot taken: %d %s, want 200", r.status, r.body)
+	}
+	d.s.waiters.Add(-MaxPositionWaiters)
 
 	for _, c := range []struct{ query, code string }{
 		{"min_positions=7:1", api.CodeBadPositions}, // a partition the table does not have
