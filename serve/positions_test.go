@@ -284,3 +284,75 @@ func TestEpochs(t *testing.T) {
 		t.Fatalf("after a bump of a: %d, %d", e.of("a"), e.of("b"))
 	}
 }
+
+// TestPositionsFollowed: on a followed table, rows pages read while a
+// producer writes carry positions that never go back from page to page
+// and never pass what was produced; once the follower has caught up, an
+// export (spooled: the follower changes the table in place) and a page
+// name the oracle's positions.
+func TestPositionsFollowed(t *testing.T) {
+	topic := unique(t, "topic")
+	broker.TestTopic(t, topic, 2, nil)
+	var produced []localkafka.Record
+	var offsets []int64
+	write := func(round, n int) {
+		t.Helper()
+		var recs []localkafka.Record
+		for i := range n {
+			recs = append(recs, localkafka.Record{Partition: int32(i % 2), Key: []byte(fmt.Sprintf("k%03d", i%40)), Value: []byte(fmt.Sprintf("r%d-%d", round, i))})
+		}
+		offs, err := broker.Produce(context.Background(), topic, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		produced, offsets = append(produced, recs...), append(offsets, offs...)
+	}
+	write(0, 80)
+	d := start(t, baseConfig(t, followedTable("live", topic, FollowSettings{})))
+	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "live").State == StateFollowing })
+
+	last := api.Positions{}
+	for round := 1; round <= 5; round++ {
+		write(round, 20)
+		bound := producedPositions(2, produced, offsets)
+		after := ""
+		for {
+			path := "/v1/tables/live/rows?limit=7"
+			if after != "" {
+				path += "&after=" + url.QueryEscape(after)
+			}
+			r := d.c.get(t, path)
+			if r.status != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+			}
+			pos, err := api.ParsePositions(r.header.Get(HeaderPositions))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p, n := range pos {
+				if n < last[p] || n > bound[p] {
+					t.Fatalf("round %d: a page at %v after one at %v, with %v produced", round, pos, last, bound)
+				}
+			}
+			last = pos
+			lines := bytes.Split(bytes.TrimSpace(r.body), []byte("\n"))
+			var row struct{ Key string }
+			if err := json.Unmarshal(lines[len(lines)-1], &row); err != nil {
+				t.Fatal(err)
+			}
+			after = row.Key
+			if r.header.Get(HeaderMore) != "true" {
+				break
+			}
+		}
+	}
+	want := producedPositions(2, produced, offsets)
+	waitFor(t, "the follower to apply every record", 60*time.Second, func() bool { return caughtUp(d.c.table(t, "live"), want) })
+	for _, path := range []string{"/v1/tables/live/export", "/v1/tables/live/rows", "/v1/tables/live/count", "/v1/tables/live"} {
+		r := d.c.get(t, path)
+		if r.status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+		}
+		checkReadState(t, d, "GET "+path, "live", r, want)
+	}
+}
