@@ -12,6 +12,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -354,5 +355,32 @@ func TestPositionsFollowed(t *testing.T) {
 			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
 		}
 		checkReadState(t, d, "GET "+path, "live", r, want)
+	}
+}
+
+// TestReadHeadersBound: positions or a cursor longer than 4 KiB are left
+// out (the generation stays); shorter ones are sent and parse back.
+func TestReadHeadersBound(t *testing.T) {
+	s := &Server{}
+	many := api.Positions{}
+	for p := int32(0); p < 1000; p++ {
+		many[p] = 1 << 40
+	}
+	rec := httptest.NewRecorder()
+	s.setReadHeaders(rec, "t", readState{gen: 3, positions: many})
+	if h := rec.Header(); h.Get(HeaderGeneration) != "3" || h.Get(HeaderPositions) != "" || h.Get(HeaderCursor) != "" {
+		t.Fatalf("1000 partitions: headers %v, want the generation only", h)
+	}
+	few := api.Positions{0: 5, 9: 1 << 40}
+	rec = httptest.NewRecorder()
+	s.setReadHeaders(rec, "t", readState{gen: 3, positions: few})
+	c, err := api.ParseCursor(rec.Header().Get(HeaderCursor))
+	if rec.Header().Get(HeaderPositions) != few.String() || err != nil || !maps.Equal(c.Positions, few) || c.Generation != 3 {
+		t.Fatalf("two partitions: headers %v (%v)", rec.Header(), err)
+	}
+	rec = httptest.NewRecorder()
+	s.setReadHeaders(rec, "t", readState{gen: 3})
+	if h := rec.Header(); h.Get(HeaderPositions) != "" || h.Get(HeaderCursor) != "" {
+		t.Fatalf("no checkpoint: headers %v", h)
 	}
 }
