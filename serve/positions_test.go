@@ -231,6 +231,9 @@ func TestMinPositionsWaitsForUpdate(t *testing.T) {
 		got <- answer{r: response{status: resp.StatusCode, header: resp.Header, body: b}, err: err}
 	}()
 	waitFor(t, "the read to wait", 20*time.Second, func() bool { return d.s.waiters.Load() == 1 })
+	if m := d.c.get(t, "/metrics"); !strings.Contains(string(m.body), "\nkmaterialize_reads_waiting_for_positions 1\n") {
+		t.Errorf("/metrics does not count the waiting read")
+	}
 	if r := d.c.do(t, "POST", "/v1/tables/t/update", nil); r.status != http.StatusOK {
 		t.Fatalf("update: %d %s", r.status, r.body)
 	}
