@@ -251,8 +251,8 @@ func TestMinPositionsWaitsForUpdate(t *testing.T) {
 }
 
 // TestWaitEndsAtShutdown: a read waiting for positions the table never
-// reaches ends when the daemon shuts down (503 shutting_down), well
-// before its wait.
+// reaches frees its slot when its client gives up, and ends when the
+// daemon shuts down (503 shutting_down), well before its wait.
 func TestWaitEndsAtShutdown(t *testing.T) {
 	topic := newTopic(t)
 	produce(t, topic, records(1, 5, 3))
@@ -269,6 +269,26 @@ func TestWaitEndsAtShutdown(t *testing.T) {
 		got <- resp.StatusCode
 	}()
 	waitFor(t, "the read to wait", 20*time.Second, func() bool { return d.s.waiters.Load() == 1 })
+	// A second waiting read whose client gives up frees its slot.
+	cctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(cctx, "GET", d.c.base+"/v1/tables/t/keys/k000?min_positions=0:1000&wait=30s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := d.c.hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	waitFor(t, "the second read to wait", 20*time.Second, func() bool { return d.s.waiters.Load() == 2 })
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("a cancelled request got an answer")
+	}
+	waitFor(t, "the cancelled read to free its slot", 20*time.Second, func() bool { return d.s.waiters.Load() == 1 })
 	d.stop(t)
 	if status := <-got; status != http.StatusServiceUnavailable {
 		t.Fatalf("the waiting read at shutdown: %d, want 503", status)
