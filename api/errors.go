@@ -37,6 +37,17 @@ const (
 	CodeNoRun            = "no_run"         // 404: a cancel with nothing queued or going
 	CodeSpoolFull        = "spool_full"     // a spooled answer would pass spool_max_bytes
 	CodeBusy             = "busy"           // max_heavy_requests are running
+	// CodeBadPositions: a min_positions that does not parse, or names a
+	// partition the table does not have (400).
+	CodeBadPositions = "bad_positions"
+	// CodeBadWait: a wait= that is not a duration from 0 to 30s (400).
+	CodeBadWait = "bad_wait"
+	// CodePositionsNotReached: a read with min_positions whose wait ended
+	// before the table reached them (409, with ErrorBody's Positions).
+	CodePositionsNotReached = "positions_not_reached"
+	// CodeTooManyWaiters: a read with min_positions that would wait while
+	// the daemon's bound of waiting reads is reached (503).
+	CodeTooManyWaiters = "too_many_waiters"
 )
 
 // ErrorBody is the body of every error answer.
@@ -56,6 +67,10 @@ type ErrorBody struct {
 	ExitCode  int    `json:"exit_code,omitempty"`
 	NextRetry string `json:"next_retry,omitempty"`
 	Attempts  int    `json:"attempts,omitempty"`
+
+	// Positions are the table's current positions, on a 409
+	// positions_not_reached.
+	Positions Positions `json:"positions,omitempty"`
 }
 
 // ReadyTable is one table in /readyz's answer.

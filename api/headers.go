@@ -8,6 +8,15 @@ const (
 	HeaderGeneration = "Kmaterialize-Generation"
 	// HeaderMore is "true" on a page of rows that more rows follow.
 	HeaderMore = "Kmaterialize-More"
+	// HeaderPositions is the positions (Positions.String) the table was
+	// at in the read transaction of an answer (every read of a table:
+	// keys, rows, count, export, its status, and their 404s), beside
+	// HeaderGeneration; absent when longer than MaxHeaderBytes.
+	HeaderPositions = "Kmaterialize-Positions"
+	// HeaderCursor is the same state as an opaque Cursor (Cursor.String):
+	// generation, epoch and positions, what a change feed's from= takes;
+	// absent when longer than MaxHeaderBytes.
+	HeaderCursor = "Kmaterialize-Cursor"
 	// HeaderDiff says which generations a diff compared: "FROM..TO".
 	HeaderDiff = "X-Kmaterialize-Diff"
 )

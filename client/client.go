@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,10 @@ const (
 	HeaderGeneration = api.HeaderGeneration
 	// HeaderMore is "true" on a rows page when rows follow its last one.
 	HeaderMore = api.HeaderMore
+	// HeaderPositions and HeaderCursor name the positions a read was
+	// read at (ReadInfo).
+	HeaderPositions = api.HeaderPositions
+	HeaderCursor    = api.HeaderCursor
 )
 
 // maxErrorBody bounds how much of an error response is read.
@@ -83,13 +88,25 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // send makes one request and returns the response whatever its status.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values) (*http.Response, error) {
+	return c.sendBody(ctx, method, path, q, nil)
+}
+
+// sendBody is send with a JSON body (nil: none).
+func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -104,7 +121,12 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values) (*
 // do is send, with an error response turned into an *Error. The caller
 // closes the body of the response it gets.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values) (*http.Response, error) {
-	resp, err := c.send(ctx, method, path, q)
+	return c.doBody(ctx, method, path, q, nil)
+}
+
+// doBody is do with a JSON body (nil: none).
+func (c *Client) doBody(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
+	resp, err := c.sendBody(ctx, method, path, q, body)
 	if err != nil {
 		return nil, err
 	}
@@ -123,10 +145,13 @@ func responseError(method, path string, resp *http.Response) *Error {
 
 // bodyError is the *Error of an error response whose body was read.
 func bodyError(method, path string, resp *http.Response, body []byte) *Error {
-	e := &Error{Method: method, Path: path, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
+	e := &Error{Method: method, Path: path, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header), Read: readInfo(resp)}
 	var ae api.ErrorBody
 	if json.Unmarshal(body, &ae) == nil && ae.Code != "" {
 		e.Code, e.Message, e.Run = ae.Code, ae.Error, ae.Run
+		if ae.Positions != nil {
+			e.Read.Positions = ae.Positions
+		}
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 	}

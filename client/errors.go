@@ -41,6 +41,13 @@ const (
 	CodeNoRun              = api.CodeNoRun            // 404: a cancel with nothing queued or going
 	CodeSpoolFull          = api.CodeSpoolFull        // a spooled answer would pass spool_max_bytes
 	CodeBusy               = api.CodeBusy             // max_heavy_requests are running
+	// Read-your-writes (GetOptions): a bad min_positions or wait (400),
+	// positions not reached within the wait (409: a
+	// *PositionsNotReachedError), too many reads waiting (503).
+	CodeBadPositions        = api.CodeBadPositions
+	CodeBadWait             = api.CodeBadWait
+	CodePositionsNotReached = api.CodePositionsNotReached
+	CodeTooManyWaiters      = api.CodeTooManyWaiters
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that
@@ -64,6 +71,10 @@ type Error struct {
 	Run uint64
 	// RetryAfter is the Retry-After of a 503 CodeTableNotReady, 0 without.
 	RetryAfter time.Duration
+	// Read is what the answer was read at, when it says (a 404
+	// key_not_found, a 409 positions_not_reached: then Read.Positions
+	// are the table's current positions, from the body).
+	Read ReadInfo
 }
 
 func (e *Error) Error() string {

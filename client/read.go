@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // Get returns the value of key in table and the generation that answered
@@ -19,20 +20,11 @@ import (
 // CodeKeyNotFound, an unknown table CodeTableNotFound, a configured table
 // never published CodeTableNotReady (status 503, with RetryAfter).
 func (c *Client) Get(ctx context.Context, table string, key []byte) (value []byte, gen uint64, err error) {
-	path := tablePath(table, "/keys/"+escapeSegment(string(key)))
-	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	v, err := c.GetWith(ctx, table, key, GetOptions{})
 	if err != nil {
 		return nil, 0, err
 	}
-	defer resp.Body.Close()
-	if gen, err = generation(resp); err != nil {
-		return nil, 0, fmt.Errorf("GET %s: %w", path, err)
-	}
-	value, err = io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, 0, fmt.Errorf("GET %s: read the value: %w", path, err)
-	}
-	return value, gen, nil
+	return v.Value, v.Generation, nil
 }
 
 // Page sizes of Rows: the daemon's default, and the most it answers in
@@ -65,6 +57,15 @@ type RowsOptions struct {
 	// that rows that are not UTF-8 can be read; Row.Key and Row.Value are
 	// the raw bytes either way, Row.Line is the line as sent.
 	Base64 bool
+	// MinPositions and Wait, as GetOptions', hold the first page until
+	// the table has applied MinPositions (later pages are of its
+	// generation, at positions that only grow in follow mode).
+	MinPositions map[int32]int64
+	Wait         time.Duration
+	// OnPage, if not nil, is called with what each page was read at,
+	// before its rows: in follow mode each page's positions, never below
+	// the page's before.
+	OnPage func(ReadInfo)
 }
 
 // Row is one row of a scan.
@@ -119,9 +120,16 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 			limit = o.Limit - n
 		}
 		q.Set("limit", strconv.Itoa(limit))
-		more, last, rows, pageGen, err := c.rowsPage(ctx, path, q, o.Base64, o.KeysOnly, fn)
+		method, body := http.MethodGet, []byte(nil)
+		if after == nil {
+			var err error
+			if method, body, err = (GetOptions{MinPositions: o.MinPositions, Wait: o.Wait}).request(q); err != nil {
+				return gen, err
+			}
+		}
+		more, last, rows, pageGen, err := c.rowsPage(ctx, method, path, q, body, o, fn)
 		if err != nil {
-			return gen, err
+			return gen, positionsError(err, o.MinPositions)
 		}
 		if gen == 0 {
 			gen = pageGen
@@ -135,14 +143,18 @@ func (c *Client) Rows(ctx context.Context, table string, o RowsOptions, fn func(
 }
 
 // rowsPage reads one page, calling fn for each row.
-func (c *Client) rowsPage(ctx context.Context, path string, q url.Values, b64, keysOnly bool, fn func(Row) error) (more bool, last []byte, n int, gen uint64, err error) {
-	resp, err := c.do(ctx, http.MethodGet, path, q)
+func (c *Client) rowsPage(ctx context.Context, method, path string, q url.Values, body []byte, o RowsOptions, fn func(Row) error) (more bool, last []byte, n int, gen uint64, err error) {
+	b64, keysOnly := o.Base64, o.KeysOnly
+	resp, err := c.doBody(ctx, method, path, q, body)
 	if err != nil {
 		return false, nil, 0, 0, err
 	}
 	defer resp.Body.Close()
 	if gen, err = generation(resp); err != nil || gen == 0 {
 		return false, nil, 0, 0, fmt.Errorf("GET %s: %w", path, errors.Join(err, errNoGeneration))
+	}
+	if o.OnPage != nil {
+		o.OnPage(readInfo(resp))
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
@@ -240,11 +252,22 @@ func (c *Client) Export(ctx context.Context, table string, o ExportOptions, w io
 // and To. The zero value counts every row.
 type CountOptions struct {
 	Prefix, From, To []byte
+	// MinPositions and Wait, as GetOptions', hold the count until the
+	// table has applied MinPositions.
+	MinPositions map[int32]int64
+	Wait         time.Duration
 }
 
 // Count returns the number of rows of table in the range o selects and the
 // generation they were counted in (GET /v1/tables/{table}/count).
 func (c *Client) Count(ctx context.Context, table string, o CountOptions) (n int64, gen uint64, err error) {
+	n, ri, err := c.CountWith(ctx, table, o)
+	return n, ri.Generation, err
+}
+
+// CountWith is Count, with what the count was read at (its generation and
+// positions): with o.MinPositions, once the table has applied them.
+func (c *Client) CountWith(ctx context.Context, table string, o CountOptions) (n int64, ri ReadInfo, err error) {
 	path := tablePath(table, "/count")
 	q := url.Values{}
 	for name, v := range map[string][]byte{"prefix": o.Prefix, "from": o.From, "to": o.To} {
@@ -252,22 +275,28 @@ func (c *Client) Count(ctx context.Context, table string, o CountOptions) (n int
 			q.Set(name, string(v))
 		}
 	}
-	resp, err := c.do(ctx, http.MethodGet, path, q)
+	method, body, err := (GetOptions{MinPositions: o.MinPositions, Wait: o.Wait}).request(q)
 	if err != nil {
-		return 0, 0, err
+		return 0, ri, err
+	}
+	resp, err := c.doBody(ctx, method, path, q, body)
+	if err != nil {
+		return 0, ri, positionsError(err, o.MinPositions)
 	}
 	defer resp.Body.Close()
+	ri = readInfo(resp)
 	var out struct {
 		Count      *int64 `json:"count"`
 		Generation uint64 `json:"generation"`
 	}
-	if err := decode(resp, http.MethodGet, path, &out); err != nil {
-		return 0, 0, err
+	if err := decode(resp, method, path, &out); err != nil {
+		return 0, ri, err
 	}
 	if out.Count == nil || out.Generation == 0 {
-		return 0, 0, fmt.Errorf("GET %s: the answer has no count or no generation", path)
+		return 0, ri, fmt.Errorf("%s %s: the answer has no count or no generation", method, path)
 	}
-	return *out.Count, out.Generation, nil
+	ri.Generation = out.Generation
+	return *out.Count, ri, nil
 }
 
 // getManyAttempts is how many times GetMany starts over when a publish
@@ -282,6 +311,16 @@ const getManyAttempts = 3
 // no publish between); after getManyAttempts it fails with an *Error of
 // CodeGenerationGone.
 func (c *Client) GetMany(ctx context.Context, table string, keys [][]byte) (values [][]byte, gen uint64, err error) {
+	return c.GetManyWith(ctx, table, keys, GetOptions{})
+}
+
+// GetManyWith is GetMany whose every key is read with o: with
+// o.MinPositions, once the table has applied them (the first read waits,
+// the others find them applied).
+func (c *Client) GetManyWith(ctx context.Context, table string, keys [][]byte, o GetOptions) (values [][]byte, gen uint64, err error) {
+	if err := o.validate(); err != nil {
+		return nil, 0, err
+	}
 	for attempt := 1; ; attempt++ {
 		t, err := c.Table(ctx, table)
 		if err != nil {
@@ -298,7 +337,8 @@ func (c *Client) GetMany(ctx context.Context, table string, keys [][]byte) (valu
 		values = make([][]byte, len(keys))
 		same := true
 		for i, k := range keys {
-			v, g, err := c.Get(ctx, table, k)
+			got, err := c.GetWith(ctx, table, k, o)
+			v, g := got.Value, got.Generation
 			switch {
 			case IsCode(err, CodeKeyNotFound), IsCode(err, CodeBadKey):
 				continue

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -39,7 +39,11 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !checkParams(w, r, "prefix", "from", "to") {
+	if !checkParams(w, r, "prefix", "from", "to", api.ParamMinPositions, api.ParamWait) {
+		return
+	}
+	wq, ok := parseWaitQuery(w, r)
+	if !ok {
 		return
 	}
 	rng := rangeParams(r.URL.Query())
@@ -47,24 +51,59 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
+	var out countJSON
+	var rs readState
+	attempt := func() error {
+		return db.ReadTable(table, func(snap *store.Snapshot) error {
+			if err := rs.load(snap); err != nil {
+				return err
+			}
+			if err := wq.check(table, rs); err != nil {
+				return err
+			}
+			out.Generation = snap.Meta.Generation
+			var err error
+			out.Count, err = snap.Count(rng)
+			return err
+		})
+	}
 	// A count reads its range in one transaction at disk speed (nothing
-	// waits for the client): only the heavy-request limit applies.
+	// waits for the client): only the heavy-request limit applies. A
+	// count that waits for min_positions takes its slot only once they
+	// are reached: a waiting read holds nothing but its goroutine.
+	var err error
+	if wq.min != nil {
+		err = s.readWhenReached(w, r, db, table, wq, func() error {
+			return db.ReadTable(table, func(snap *store.Snapshot) error {
+				if err := rs.load(snap); err != nil {
+					return err
+				}
+				return wq.check(table, rs)
+			})
+		})
+		if s.waitError(w, table, err) {
+			return
+		}
+		if err != nil {
+			s.readError(w, table, err)
+			return
+		}
+	}
 	release, ok := s.heavySlot(w, fmt.Sprintf("count of table %q", table))
 	if !ok {
 		return
 	}
 	defer release()
-	var out countJSON
-	err := db.ReadTable(table, func(snap *store.Snapshot) error {
-		out.Generation = snap.Meta.Generation
-		var err error
-		out.Count, err = snap.Count(rng)
-		return err
-	})
+	// Positions never go back but by a rollback: a count whose positions
+	// went back meanwhile answers 409 as any other that misses them.
+	err = attempt()
+	if s.waitError(w, table, err) {
+		return
+	}
 	if err != nil {
 		s.readError(w, table, err)
 		return
 	}
-	w.Header().Set(HeaderGeneration, strconv.FormatUint(out.Generation, 10))
+	s.setReadHeaders(w, table, rs)
 	writeJSON(w, http.StatusOK, out)
 }

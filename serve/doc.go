@@ -27,6 +27,8 @@
 //	GET  /v1/tables/{table}/keys/{key}   the value's bytes (application/octet-stream)
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
+//	GET  /v1/tables/{table}/count        {"count","generation"}
+//	POST .../keys/{key}, .../rows, .../count   as the GET, with {"min_positions": {"P": N}} as the body
 //	POST /v1/tables/{table}/rebuild      202 {"run": ID} (queued); ?wait=1 (through the queue): 200 {"run","exit_code","error","generation"}
 //	POST /v1/tables/{table}/cancel       200 {"run","phase"}: a queued run removed, a reading one cancelled
 //	POST /v1/tables/{table}/update       waits: 200 {"run","exit_code","error","generation","mode","keys","records","updates"};
@@ -42,20 +44,32 @@
 // (default 1000, at most 10000), generation= (pin later pages to the first
 // page's Kmaterialize-Generation: 409 generation_gone once it is replaced)
 // and encoding=base64; Kmaterialize-More says whether rows follow the page.
+//
+// Every read of a table (its status, keys, rows, count, export, and their
+// 404s) names what it was read at, from its own read transaction:
+// Kmaterialize-Generation, Kmaterialize-Positions ("P:N,...", per partition
+// the next offset the table would apply) and Kmaterialize-Cursor (opaque:
+// generation, epoch, positions); the last two are left out past 4 KiB.
+// keys, rows and count take min_positions=P:N,... and wait= (0 to 30s):
+// the read waits, holding no transaction, until the table has applied
+// those positions (a record at offset O is in once N >= O+1), and after
+// wait answers 409 positions_not_reached with the current positions
+// (positions.go).
 // Errors are {"error": "...", "code": "..."}, never a 5xx for bad input:
 //
-//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding
+//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding, bad_positions, bad_wait
 //	401 unauthorized (TCP with AllowRemote: no bearer token, or an unknown one; WWW-Authenticate: Bearer)
 //	403 forbidden (TCP: a POST or DELETE without the admin token; a metrics token beyond /metrics)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found,
 //	    no_run (cancel with nothing queued or going)
 //	405 method_not_allowed
-//	409 generation_gone, run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
+//	409 generation_gone, positions_not_reached (with "positions"), run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
 //	    table_followed (update of a followed table),
 //	    definition_changed (update of a table the config defines otherwise than it was built)
 //	422 not_utf8 (ask with encoding=base64)
 //	503 table_not_ready (never published yet; with Retry-After), table_build_failed (its first build failed: reason,
-//	    exit_code, next_retry, attempts), not_ready (/readyz), shutting_down
+//	    exit_code, next_retry, attempts), not_ready (/readyz), shutting_down,
+//	    too_many_waiters (MaxPositionWaiters reads wait for min_positions)
 //	500 internal (a damaged database)
 //
 // # Runs

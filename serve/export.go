@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/kmaterialize/kmaterialize/api"
@@ -74,7 +73,7 @@ func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, 
 	}
 	defer p.Close()
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(HeaderGeneration, strconv.FormatUint(p.Meta.Generation, 10))
+	s.setReadHeaders(w, table, readState{gen: p.Meta.Generation, positions: cpPositions(cp)})
 	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w)}
 	err = exportdoc.WritePaged(p, cp, dw, opts)
 	switch {
@@ -85,10 +84,10 @@ func (s *Server) exportPaged(w http.ResponseWriter, db *store.DB, table string, 
 		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
 		panic(http.ErrAbortHandler)
 	case errors.Is(err, store.ErrPagerStale):
-		w.Header().Del(HeaderGeneration)
+		clearReadHeaders(w)
 		return false
 	default:
-		w.Header().Del(HeaderGeneration)
+		clearReadHeaders(w)
 		s.exportError(w, table, err)
 	}
 	return true
@@ -103,9 +102,11 @@ func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string
 		return
 	}
 	defer sf.close()
-	var gen uint64
+	var rs readState
 	err = db.ReadTable(table, func(snap *store.Snapshot) error {
-		gen = snap.Meta.Generation
+		if err := rs.load(snap); err != nil {
+			return err
+		}
 		return exportdoc.WriteSnapshot(snap, sf, opts)
 	})
 	release()
@@ -114,7 +115,7 @@ func (s *Server) exportSpooled(w http.ResponseWriter, db *store.DB, table string
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	s.setReadHeaders(w, table, rs)
 	if err := sf.send(w); err != nil {
 		s.cfg.Log.Warn().Err(err).Str(keyTable, table).Msg("export aborted mid-response")
 		panic(http.ErrAbortHandler)
@@ -170,4 +171,17 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 		b = b[m:]
 	}
 	return n, nil
+}
+
+// cpPositions are a checkpoint's positions (nil for a table without one:
+// a checkpoint with no topic).
+func cpPositions(cp checkpoint.Checkpoint) api.Positions {
+	if cp.Topic == "" {
+		return nil
+	}
+	p := make(api.Positions, len(cp.Partitions))
+	for _, part := range cp.Partitions {
+		p[part.Partition] = part.End
+	}
+	return p
 }

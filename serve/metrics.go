@@ -54,7 +54,10 @@ func newMetrics(s *Server) *metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"route", "code"}),
 	}
-	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests,
+	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kmaterialize_reads_waiting_for_positions", Help: "Reads waiting for their min_positions now (at most MaxPositionWaiters).",
+	}, func() float64 { return float64(s.waiters.Load()) })
+	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests, waiters,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		followCollector{s}, dbCollector{s}, schedCollector{})
 	m.scrape = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

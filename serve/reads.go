@@ -109,16 +109,14 @@ func (s *Server) getTable(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
-	t, found, err := s.describe(db, table)
+	t, rs, found, err := s.describeAt(db, table)
 	switch {
 	case err != nil:
 		s.readError(w, table, err)
 	case !found:
 		writeError(w, http.StatusNotFound, api.CodeTableNotFound, fmt.Sprintf("table %q is neither in the database nor configured (GET /v1/tables lists them)", table))
 	default:
-		if t.Generation != 0 {
-			w.Header().Set(HeaderGeneration, strconv.FormatUint(t.Generation, 10))
-		}
+		s.setReadHeaders(w, table, rs)
 		writeJSON(w, http.StatusOK, t)
 	}
 }
@@ -133,29 +131,43 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.CodeBadKey, fmt.Sprintf("a key has 1 to %d bytes, percent-encoded in the path", bolt.MaxKeySize))
 		return
 	}
+	wq, ok := parseWaitQuery(w, r)
+	if !ok {
+		return
+	}
 	db := s.database(w)
 	if db == nil {
 		return
 	}
-	var gen uint64
+	var rs readState
 	var val []byte
 	found := false
-	err := db.ReadTable(table, func(snap *store.Snapshot) error {
-		gen = snap.Meta.Generation
-		// The first row at or after key with key as prefix is key itself
-		// when it exists.
-		return snap.Rows(key, 1, func(k, v []byte) error {
-			if bytes.Equal(k, key) {
-				found, val = true, bytes.Clone(v)
+	err := s.readWhenReached(w, r, db, table, wq, func() error {
+		return db.ReadTable(table, func(snap *store.Snapshot) error {
+			if err := rs.load(snap); err != nil {
+				return err
 			}
-			return nil
+			if err := wq.check(table, rs); err != nil {
+				return err
+			}
+			// The first row at or after key with key as prefix is key
+			// itself when it exists.
+			return snap.Rows(key, 1, func(k, v []byte) error {
+				if bytes.Equal(k, key) {
+					found, val = true, bytes.Clone(v)
+				}
+				return nil
+			})
 		})
 	})
+	if s.waitError(w, table, err) {
+		return
+	}
 	if err != nil {
 		s.readError(w, table, err)
 		return
 	}
-	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	s.setReadHeaders(w, table, rs)
 	if !found {
 		writeError(w, http.StatusNotFound, api.CodeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
 		return
@@ -174,6 +186,7 @@ type rowsQuery struct {
 	generation uint64 // 0: whatever is published
 	b64        bool
 	keysOnly   bool // keys_only=1: lines without "value"
+	wait       waitQuery
 }
 
 // parseBool reads a boolean query parameter: absent, 0 or false; 1 or true.
@@ -200,9 +213,14 @@ func parseEncoding(v string) (bool, error) {
 
 func parseRows(w http.ResponseWriter, r *http.Request) (rowsQuery, bool) {
 	q := rowsQuery{limit: DefaultRowsLimit}
-	if !checkParams(w, r, "prefix", "from", "to", "after", "limit", "generation", "encoding", "keys_only") {
+	if !checkParams(w, r, "prefix", "from", "to", "after", "limit", "generation", "encoding", "keys_only", api.ParamMinPositions, api.ParamWait) {
 		return q, false
 	}
+	wq, ok := parseWaitQuery(w, r)
+	if !ok {
+		return q, false
+	}
+	q.wait = wq
 	v := r.URL.Query()
 	q.rng, q.after = rangeParams(v), []byte(v.Get("after"))
 	keysOnly, err := parseBool("keys_only", v.Get("keys_only"))
@@ -258,46 +276,30 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var buf bytes.Buffer
-	var gen uint64
+	var rs readState
 	size := 0 // bytes of keys and values on the page
 	more, gone := false, false
-	err := db.ReadTable(table, func(snap *store.Snapshot) error {
-		gen = snap.Meta.Generation
-		if q.generation != 0 && q.generation != gen {
-			gone = true
-			return nil
-		}
-		n := 0
-		err := snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
-			// The page ends at q.limit rows, or before the row that would
-			// take it past the byte budget (a first row larger than it
-			// comes alone).
-			if n == q.limit || (n > 0 && size+len(k)+len(v) > s.cfg.PageMaxBytes) {
-				more = true
-				return errPageEnd
-			}
-			n++
-			size += len(k) + len(v)
-			ks, err := exportdoc.Text(k, k, "key", q.b64)
-			if err != nil {
+	err := s.readWhenReached(w, r, db, table, q.wait, func() error {
+		return db.ReadTable(table, func(snap *store.Snapshot) error {
+			buf.Reset()
+			size, more, gone = 0, false, false
+			if err := rs.load(snap); err != nil {
 				return err
 			}
-			if q.keysOnly {
-				buf.Write(keyLine(ks))
+			if q.generation != 0 && q.generation != rs.gen {
+				gone = true
 				return nil
 			}
-			vs, err := exportdoc.Text(k, v, "value", q.b64)
-			if err != nil {
+			if err := q.wait.check(table, rs); err != nil {
 				return err
 			}
-			buf.Write(exportdoc.JSONLine(ks, vs))
-			return nil
+			return s.rowsPage(snap, q, &buf, &size, &more)
 		})
-		if errors.Is(err, errPageEnd) {
-			return nil
-		}
-		return err
 	})
+	if s.waitError(w, table, err) {
+		return
+	}
+	gen := rs.gen
 	switch {
 	case errors.Is(err, exportdoc.ErrNotUTF8):
 		writeError(w, http.StatusUnprocessableEntity, api.CodeNotUTF8, err.Error()+"; ask with encoding=base64")
@@ -311,9 +313,44 @@ func (s *Server) getRows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set(HeaderGeneration, strconv.FormatUint(gen, 10))
+	s.setReadHeaders(w, table, rs)
 	w.Header().Set(HeaderMore, strconv.FormatBool(more))
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf.Bytes())
+}
+
+// rowsPage formats one page of q's rows from snap into buf: size is the
+// bytes of keys and values on it, more is set when rows follow its last.
+func (s *Server) rowsPage(snap *store.Snapshot, q rowsQuery, buf *bytes.Buffer, size *int, more *bool) error {
+	n := 0
+	err := snap.RangeAfter(q.rng, q.after, q.limit+1, func(k, v []byte) error {
+		// The page ends at q.limit rows, or before the row that would
+		// take it past the byte budget (a first row larger than it
+		// comes alone).
+		if n == q.limit || (n > 0 && *size+len(k)+len(v) > s.cfg.PageMaxBytes) {
+			*more = true
+			return errPageEnd
+		}
+		n++
+		*size += len(k) + len(v)
+		ks, err := exportdoc.Text(k, k, "key", q.b64)
+		if err != nil {
+			return err
+		}
+		if q.keysOnly {
+			buf.Write(keyLine(ks))
+			return nil
+		}
+		vs, err := exportdoc.Text(k, v, "value", q.b64)
+		if err != nil {
+			return err
+		}
+		buf.Write(exportdoc.JSONLine(ks, vs))
+		return nil
+	})
+	if errors.Is(err, errPageEnd) {
+		return nil
+	}
+	return err
 }

@@ -34,6 +34,11 @@ var routes = []route{
 	{"GET", "/v1/tables/{table}/rows", accessRead, (*Server).getRows},
 	{"GET", "/v1/tables/{table}/export", accessRead, (*Server).export},
 	{"GET", "/v1/tables/{table}/count", accessRead, (*Server).count},
+	// A read whose min_positions are too many for its query sends them
+	// in a POST body (positions.go): still a read.
+	{"POST", "/v1/tables/{table}/keys/{key...}", accessRead, (*Server).getKey},
+	{"POST", "/v1/tables/{table}/rows", accessRead, (*Server).getRows},
+	{"POST", "/v1/tables/{table}/count", accessRead, (*Server).count},
 	{"POST", "/v1/tables/{table}/rebuild", accessAdmin, (*Server).rebuild},
 	{"POST", "/v1/tables/{table}/cancel", accessAdmin, (*Server).cancel},
 	{"DELETE", "/v1/tables/{table}", accessAdmin, (*Server).drop},

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -58,6 +59,8 @@ type Server struct {
 	follows  map[string]*followState // followed tables' followers (follow.go)
 	spool    *spooler                // spooled answers (spool.go)
 	heavy    chan struct{}           // a slot per heavy request running (heavy.go)
+	epochs   epochs                  // each table's epoch of its positions (positions.go)
+	waiters  atomic.Int64            // reads waiting for min_positions (positions.go)
 
 	// The run queue (queue.go), guarded by mu: runs waiting, oldest
 	// first, and how many go.

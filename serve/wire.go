@@ -15,6 +15,14 @@ import (
 // checkpoint in one transaction. found is false when the table is neither
 // in the file nor configured.
 func (s *Server) describe(db *store.DB, table string) (api.Table, bool, error) {
+	t, _, found, err := s.describeAt(db, table)
+	return t, found, err
+}
+
+// describeAt is describe, with the generation and positions its read
+// transaction saw (zero when nothing is published).
+func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, bool, error) {
+	var rs readState
 	s.mu.Lock()
 	def, configured := s.tables[table]
 	var active *run
@@ -40,15 +48,18 @@ func (s *Server) describe(db *store.DB, table string) (api.Table, bool, error) {
 	published := false
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		published = true
+		if err := rs.load(snap); err != nil {
+			return err
+		}
 		var err error
 		t, err = tableview.FromSnapshot(snap)
 		return err
 	})
 	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
-		return t, false, err
+		return t, rs, false, err
 	}
 	if !published && !configured {
-		return t, false, nil
+		return t, rs, false, nil
 	}
 	t.Name, t.Configured, t.SkippedRuns = table, configured, skipped
 	if configured {
@@ -56,7 +67,7 @@ func (s *Server) describe(db *store.DB, table string) (api.Table, bool, error) {
 	}
 	if published && configured {
 		if t.Definition, err = s.definitionInfo(db, table); err != nil {
-			return t, false, err
+			return t, rs, false, err
 		}
 	}
 	fv, followed := s.followInfo(table)
@@ -84,5 +95,5 @@ func (s *Server) describe(db *store.DB, table string) (api.Table, bool, error) {
 	if next := s.nextRun(table); next != nil {
 		t.NextRun = *next
 	}
-	return t, true, nil
+	return t, rs, true, nil
 }

@@ -140,6 +140,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		}
 		return ApplyStats{}, fmt.Errorf("apply to table %q in %s: %w", table, db.path, err)
 	}
+	db.changed(table)
 	return st, nil
 }
 

@@ -82,8 +82,9 @@ type DB struct {
 	version  uint64     // the file's format version when opened
 	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder
-	readTxs  readTxs // read transactions this package opened (readtx.go)
-	pins     pinSet  // generations pinned by Pagers (pager.go)
+	readTxs  readTxs  // read transactions this package opened (readtx.go)
+	pins     pinSet   // generations pinned by Pagers (pager.go)
+	notify   notifier // wakes the waiters of a table that changed (notify.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was
@@ -412,6 +413,7 @@ func (db *DB) Close() error {
 		herr = removeHolder(db.path, *db.holder)
 		db.holder = nil
 	}
+	db.closeNotify()
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("close database %s: %w", db.path, err)
 	}

@@ -36,6 +36,12 @@
 // the adjusted metadata and the caller's checkpoint, and refuses to run if a
 // rebuild published another generation since the caller read its positions.
 //
+// A reader that must wait for a table to change (the daemon's reads with
+// min_positions) takes Changed(table) before it reads, and waits on it
+// without a transaction: it is closed after the next commit of Apply,
+// Publish, Rollback or DropTable of the table (notify.go). Snapshot.Positions
+// reads the positions committed with the rows a snapshot sees.
+//
 // Every on-disk name and the format version are in schema.go, including the
 // files beside the database.
 //

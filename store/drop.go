@@ -72,5 +72,6 @@ func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, 
 	if err != nil {
 		return m, fmt.Errorf("drop table %q from %s: %w", table, db.path, err)
 	}
+	db.changed(table)
 	return m, nil
 }

@@ -358,6 +358,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		return fmt.Errorf("publish generation %d of table %q to %s: %w", g.id, g.table, g.db.path, err)
 	}
 	failpoint.Hit(failpoint.PublishCommitAfter) // a crash here leaves the new table and no old generation: nothing to clean
+	g.db.changed(g.table)
 	g.removeRuns()
 	g.done = true
 	g.arena.free()

@@ -388,6 +388,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 		}
 		return res, fmt.Errorf("roll back table %q in %s to generation %d: %w", table, db.path, gen, err)
 	}
+	db.changed(table)
 	return res, nil
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/api"
+	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -20,7 +22,7 @@ func getCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "get",
 		Usage:     "print the values of keys",
-		UsageText: "kmaterialize get --db FILE --table TABLE [--key-encoding utf8|base64|hex] [--format text|json|jsonl] [--base64] KEY... | -",
+		UsageText: "kmaterialize get --db FILE --table TABLE [--key-encoding utf8|base64|hex] [--format text|json|jsonl] [--base64] [--min-positions P:N,... [--wait D]] KEY... | -",
 		Description: `With one KEY, prints its value followed by a newline and exits 0, or exits 6
 when the key (or the table) is absent. The value's bytes are printed as they
 are; --base64 prints them base64-encoded (standard encoding) instead.
@@ -37,6 +39,12 @@ prints anything (exit 2) unless --base64 is given, which base64-encodes the
 keys and the values in the lines. --format json prints one JSON object
 mapping each key to its value (or null) instead.
 
+--min-positions P:N,... reads only once the table has applied those
+positions (through a daemon only: the file alone cannot wait): N is the
+offset of your last record in partition P plus one, so that the answer
+includes it. --wait D (default 0, at most 30s) is how long the daemon waits
+for them; past it get exits 4 and stderr names the table's positions.
+
 --key-encoding says how KEYs (and the lines of -) are written: utf8, as they
 are (the default), base64 (what scan --base64 prints, so that every key a
 scan shows can be fetched back) or hex.
@@ -48,13 +56,16 @@ Examples:
   $ kmaterialize scan --db balances.db --table t --base64 --keys-only --format tsv |
       kmaterialize get --db balances.db --table t --key-encoding base64 --base64 -
   $ kmaterialize get --db balances.db --table t --key-encoding hex ff00
-  $ kmaterialize get --config /etc/kmaterialize.yaml --table balances acct-42`,
+  $ kmaterialize get --config /etc/kmaterialize.yaml --table balances acct-42
+  $ kmaterialize get --db balances.db --table balances --min-positions 1:1300,4:77 --wait 2s acct-42`,
 		Flags: []cli.Flag{
 			configFlag(), dbFlag(true), lockTimeoutFlag(), socketFlag(),
 			&cli.StringFlag{Name: "table", Usage: "table `NAME`", Required: true},
 			&cli.BoolFlag{Name: "base64", Usage: "print the value (and, in JSON lines, the key) base64-encoded"},
 			keyEncodingFlag("KEYs and the lines of -"),
 			formatsFlag("", formatText, formatJSON, formatJSONL),
+			&cli.StringFlag{Name: "min-positions", Usage: "read once the table has applied `P:N,...` (N: a record's offset + 1; daemon only)"},
+			&cli.DurationFlag{Name: "wait", Usage: "how long the daemon waits for --min-positions (at most 30s)"},
 		},
 		Action: func(c *cli.Context) error {
 			keys, single, err := getKeys(c)
@@ -74,13 +85,17 @@ Examples:
 			if format == formatText && !single {
 				return &usageError{msg: "--format text prints one value: give one KEY", hint: "--format jsonl (the default for several keys)"}
 			}
+			opts, err := getOptions(c)
+			if err != nil {
+				return err
+			}
 			table := c.String("table")
 			var values [][]byte
 			var via *daemon
 			if routed, err := viaDaemon(c, func(d *daemon) error {
 				var err error
 				via = d
-				values, _, err = d.cl.GetMany(c.Context, table, keys)
+				values, _, err = d.cl.GetManyWith(c.Context, table, keys, opts)
 				return d.fail(err, table)
 			}); routed {
 				if err != nil {
@@ -93,6 +108,10 @@ Examples:
 					return err
 				}
 			} else {
+				if opts.MinPositions != nil {
+					return &usageError{msg: "--min-positions needs a daemon: no daemon holds --db, and the file alone cannot wait for positions",
+						hint: "run it where the daemon (kmaterialize serve) that follows the topic holds --db, or give its --socket; without --min-positions get reads the file"}
+				}
 				db, err := openRead(c)
 				if err != nil {
 					return err
@@ -254,4 +273,28 @@ func printValue(c *cli.Context, v []byte) error {
 	}
 	_, err := fmt.Fprintln(out)
 	return err
+}
+
+// getOptions reads --min-positions and --wait.
+func getOptions(c *cli.Context) (client.GetOptions, error) {
+	var o client.GetOptions
+	text, wait := c.String("min-positions"), c.Duration("wait")
+	if c.IsSet("min-positions") {
+		p, err := api.ParsePositions(text)
+		if err == nil && len(p) == 0 {
+			err = errors.New("empty")
+		}
+		if err != nil {
+			return o, &usageError{msg: fmt.Sprintf("--min-positions %q: %v", text, err), hint: "--min-positions 1:1300,4:77 (per partition, your last record's offset + 1)"}
+		}
+		o.MinPositions = p
+	}
+	switch {
+	case wait < 0 || wait > api.MaxWait:
+		return o, &usageError{msg: fmt.Sprintf("--wait %s: want 0 to %s", wait, api.MaxWait), hint: "--wait 2s"}
+	case wait > 0 && o.MinPositions == nil:
+		return o, &usageError{msg: "--wait without --min-positions: get waits only for positions", hint: "--min-positions 1:1300 --wait 2s"}
+	}
+	o.Wait = wait
+	return o, nil
 }

@@ -204,6 +204,15 @@ func (d *daemon) fail(err error, table string) error {
 	case client.CodeDefinitionChanged:
 		e.code = exitUsage
 		e.hint = fmt.Sprintf("the daemon rebuilds the table by its config's new definition (GET /v1/tables/%s shows the run and the fields); once it has published, updates go by the new one", table)
+	case client.CodePositionsNotReached:
+		// As an incomplete replay: the table did not reach the positions
+		// in time.
+		e.code = exitIncomplete
+		e.hint = "ask again, or with a longer --wait (at most 30s); kmaterialize tables shows how far the follower has applied"
+	case client.CodeBadPositions, client.CodeBadWait:
+		e.code = exitUsage
+	case client.CodeTooManyWaiters:
+		e.code, e.hint = exitBusy, "too many reads wait at the daemon: ask again"
 	case client.CodeGenerationNotFound:
 		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}

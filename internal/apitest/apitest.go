@@ -154,6 +154,13 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if route != nil {
 		probe := req.Clone(req.Context())
 		probe.Body = http.NoBody
+		if req.GetBody != nil {
+			// A body the request can send again (bytes, strings): the
+			// document checks it too.
+			if b, err := req.GetBody(); err == nil {
+				probe.Body = b
+			}
+		}
 		in = &openapi3filter.RequestValidationInput{Request: probe, PathParams: params, Route: route,
 			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}}
 		reqErr = openapi3filter.ValidateRequest(req.Context(), in)
