@@ -1,0 +1,461 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/kmaterialize/kmaterialize/api"
+)
+
+// Change is one key's state after a commit: its new value, or its
+// deletion. For a count table the key is a group and the value its new
+// count.
+type Change struct {
+	Key     []byte
+	Value   []byte // nil when Deleted
+	Deleted bool
+}
+
+// Commit is one atomic commit of a table as its feed sends it: the keys it
+// changed and the table's state after it.
+type Commit struct {
+	// Epoch, Generation and Positions are the table's state after the
+	// commit: Cursor names it.
+	Epoch      uint64
+	Generation uint64
+	Positions  api.Positions
+	Changes    []Change
+}
+
+// Cursor names the state after c.
+func (c Commit) Cursor() api.Cursor {
+	return api.Cursor{Epoch: c.Epoch, Generation: c.Generation, Positions: c.Positions}
+}
+
+// size is what c holds in memory, for the bounds: its keys and values and
+// a fixed cost per change and per partition.
+func (c Commit) size() int64 {
+	n := int64(64 + 16*len(c.Positions))
+	for _, ch := range c.Changes {
+		n += int64(32 + len(ch.Key) + len(ch.Value))
+	}
+	return n
+}
+
+// Defaults of Config.
+const (
+	DefaultRetainBytes int64 = 64 << 20
+	DefaultRetainFor         = 5 * time.Minute
+	DefaultSlowBytes   int64 = 16 << 20
+	DefaultMaxWatchers       = 64
+	// DefaultPendingWait is how long a watch from a cursor the feed has not
+	// been handed yet waits for it (a list read just after a commit, before
+	// its writer handed the commit over).
+	DefaultPendingWait = 5 * time.Second
+)
+
+// Config bounds the feeds. Zero fields take the defaults.
+type Config struct {
+	// RetainBytes and RetainFor: each table's feed keeps at least this many
+	// bytes of commits and at least the commits of this long, whichever
+	// holds more...
+	RetainBytes int64
+	RetainFor   time.Duration
+	// ... and never more than MaxBytes (default 4 x RetainBytes): the bound
+	// of the daemon's memory a table's feed takes.
+	MaxBytes int64
+	// SlowBytes: a watcher further behind its feed's head is cut off
+	// (ErrTooSlow).
+	SlowBytes int64
+	// MaxWatchers bounds the watchers of all tables at once
+	// (ErrTooManyWatchers beyond it).
+	MaxWatchers int
+	// PendingWait: see DefaultPendingWait.
+	PendingWait time.Duration
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.RetainBytes <= 0 {
+		c.RetainBytes = DefaultRetainBytes
+	}
+	if c.RetainFor <= 0 {
+		c.RetainFor = DefaultRetainFor
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 4 * c.RetainBytes
+	}
+	c.MaxBytes = max(c.MaxBytes, c.RetainBytes)
+	if c.SlowBytes <= 0 {
+		c.SlowBytes = DefaultSlowBytes
+	}
+	if c.MaxWatchers <= 0 {
+		c.MaxWatchers = DefaultMaxWatchers
+	}
+	if c.PendingWait <= 0 {
+		c.PendingWait = DefaultPendingWait
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Errors of Watch and Watcher.Next.
+var (
+	// ErrCursorGone: the cursor is older than what the feed retains, of an
+	// earlier epoch, or names no state the table was in: list again.
+	ErrCursorGone = errors.New("cursor gone")
+	// ErrTooSlow: the watcher fell further behind than Config.SlowBytes.
+	ErrTooSlow = errors.New("watcher too slow")
+	// ErrTooManyWatchers: Config.MaxWatchers watch already.
+	ErrTooManyWatchers = errors.New("too many watchers")
+	// ErrClosed: the feeds were closed (the daemon shuts down).
+	ErrClosed = errors.New("feed closed")
+	// ErrNoFeed: the table has no feed (Start was not called for it).
+	ErrNoFeed = errors.New("table has no feed")
+)
+
+// Feeds are the change feeds of a daemon's tables.
+type Feeds struct {
+	cfg Config
+
+	mu       sync.Mutex
+	tables   map[string]*log
+	watchers int
+	closed   bool
+}
+
+// New returns the feeds bounded by cfg.
+func New(cfg Config) *Feeds {
+	return &Feeds{cfg: cfg.withDefaults(), tables: map[string]*log{}}
+}
+
+// entry is a commit in a log, with what the bounds need.
+type entry struct {
+	seq   uint64 // 1, 2, ...: the commit's place in the log
+	at    time.Time
+	start int64 // bytes appended before it
+	size  int64
+	c     Commit
+}
+
+// log is one table's feed: the retained commits, entries[0] the oldest
+// (seq first), and the state before it (base).
+type log struct {
+	mu       sync.Mutex
+	base     api.Cursor // the state before entries[0] (after the last dropped)
+	entries  []entry
+	first    uint64            // seq of entries[0]; next seq is first+len(entries)
+	bytes    int64             // bytes of the retained entries
+	appended int64             // bytes ever appended
+	index    map[string]uint64 // cursor text -> seq after which it is; 0: base
+	wake     chan struct{}     // closed by the next append (or Close)
+	closed   error             // why the log ended: ErrClosed or ErrCursorGone; nil while it runs
+}
+
+// Start begins table's feed at the state c (the table as the daemon
+// opened it, or after a change that cannot be sent as changes): earlier
+// cursors of the table are gone. Watchers of an earlier start keep
+// nothing: they end with ErrCursorGone at their next Next.
+func (f *Feeds) Start(table string, c api.Cursor) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old := f.tables[table]; old != nil {
+		old.close(fmt.Errorf("table %q: %w: its feed restarted", table, ErrCursorGone))
+	}
+	c.Positions = maps.Clone(c.Positions)
+	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{})}
+	if f.closed {
+		l.close(ErrClosed)
+	}
+	f.tables[table] = l
+}
+
+// Stop ends table's feed (a dropped table): its watchers end with
+// ErrCursorGone.
+func (f *Feeds) Stop(table string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.tables[table]; l != nil {
+		l.close(fmt.Errorf("table %q: %w: its feed stopped", table, ErrCursorGone))
+		delete(f.tables, table)
+	}
+}
+
+// Close ends every feed: watchers end with ErrClosed, and Watch refuses.
+func (f *Feeds) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for _, l := range f.tables {
+		l.close(ErrClosed)
+	}
+}
+
+// close ends the log: its watchers' Next returns why.
+func (l *log) close(why error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed == nil {
+		l.closed = why
+		close(l.wake)
+	}
+}
+
+// Append hands table's feed a commit that succeeded, after it. A commit
+// of another epoch than the last one's starts that epoch: cursors of the
+// earlier epochs are gone, while the watchers reading go on into it. A
+// table without a feed (Start not called) ignores it.
+func (f *Feeds) Append(table string, c Commit) {
+	f.mu.Lock()
+	l := f.tables[table]
+	f.mu.Unlock()
+	if l == nil {
+		return
+	}
+	c.Positions = maps.Clone(c.Positions)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed != nil {
+		return
+	}
+	if c.Epoch != l.head().Epoch {
+		clear(l.index)
+	}
+	e := entry{seq: l.first + uint64(len(l.entries)), at: f.cfg.Now(), start: l.appended, size: c.size(), c: c}
+	l.entries = append(l.entries, e)
+	l.bytes += e.size
+	l.appended += e.size
+	l.index[c.Cursor().String()] = e.seq
+	l.trim(f.cfg)
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+// head is the state after the last commit.
+func (l *log) head() api.Cursor {
+	if n := len(l.entries); n > 0 {
+		return l.entries[n-1].c.Cursor()
+	}
+	return l.base
+}
+
+// trim drops the oldest commits while what stays holds at least
+// RetainBytes and the oldest is older than RetainFor, and while the log
+// holds more than MaxBytes. The last commit always stays.
+func (l *log) trim(cfg Config) {
+	now := cfg.Now()
+	drop := 0
+	bytes := l.bytes
+	for drop < len(l.entries)-1 {
+		e := l.entries[drop]
+		over := bytes > cfg.MaxBytes
+		retained := bytes-e.size >= cfg.RetainBytes && now.Sub(e.at) > cfg.RetainFor
+		if !over && !retained {
+			break
+		}
+		bytes -= e.size
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	for _, e := range l.entries[:drop] {
+		delete(l.index, e.c.Cursor().String())
+	}
+	delete(l.index, l.base.String())
+	l.base = l.entries[drop-1].c.Cursor()
+	if l.base.Epoch == l.head().Epoch {
+		l.index[l.base.String()] = 0
+	}
+	// Move the kept ones down so the array does not grow without bound.
+	n := copy(l.entries, l.entries[drop:])
+	clear(l.entries[n:])
+	l.entries = l.entries[:n]
+	l.first += uint64(drop)
+	l.bytes = bytes
+}
+
+// Head returns table's state after its last commit handed to the feed.
+func (f *Feeds) Head(table string) (api.Cursor, error) {
+	f.mu.Lock()
+	l := f.tables[table]
+	f.mu.Unlock()
+	if l == nil {
+		return api.Cursor{}, fmt.Errorf("table %q: %w", table, ErrNoFeed)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head(), nil
+}
+
+// Watch starts a watcher of table's commits after the state from names.
+// Close it when done. A from that the log does not retain is
+// ErrCursorGone, unless it is of the head's epoch and at or past the head
+// in every partition: a state whose commit the writer has not handed over
+// yet, which the watcher then waits for (Config.PendingWait) and skips to.
+func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	l := f.tables[table]
+	if l == nil {
+		return nil, fmt.Errorf("table %q: %w", table, ErrNoFeed)
+	}
+	if f.watchers >= f.cfg.MaxWatchers {
+		return nil, fmt.Errorf("%w: %d watch already (max_watchers)", ErrTooManyWatchers, f.watchers)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := &Watcher{f: f, l: l, table: table}
+	key := from.String()
+	if seq, ok := l.index[key]; ok {
+		if seq == 0 {
+			w.next = l.first
+		} else {
+			w.next = seq + 1
+		}
+	} else if head := l.head(); from.Epoch == head.Epoch && ahead(from.Positions, head.Positions) {
+		w.next = l.first + uint64(len(l.entries))
+		w.pending = key
+		w.pendingUntil = f.cfg.Now().Add(f.cfg.PendingWait)
+	} else {
+		return nil, fmt.Errorf("table %q: %w: the feed keeps commits from positions %s (epoch %d)", table, ErrCursorGone, l.base.Positions, head.Epoch)
+	}
+	f.watchers++
+	return w, nil
+}
+
+// ahead reports whether a is at or past b in every partition of either.
+func ahead(a, b api.Positions) bool {
+	for p, bv := range b {
+		if a[p] < bv {
+			return false
+		}
+	}
+	for p := range a {
+		if _, ok := b[p]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Watchers returns how many watchers watch.
+func (f *Feeds) Watchers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watchers
+}
+
+// Watcher reads one table's commits in order, from one goroutine.
+type Watcher struct {
+	f     *Feeds
+	l     *log
+	table string
+	next  uint64 // seq of the next commit to send
+
+	pending      string // the cursor text a pending watch waits for
+	pendingUntil time.Time
+
+	// limit is how far behind the head (bytes) the watcher may be: the
+	// least it has been plus SlowBytes (set at its first read).
+	limit   int64
+	limited bool
+
+	closeOnce sync.Once
+}
+
+// Next returns the next commit: at once if the feed has it, else when it
+// comes. With heartbeat > 0, it returns ok false after heartbeat without a
+// commit, and head is the table's state then. It ends with ErrTooSlow,
+// ErrCursorGone (the feed restarted or stopped), ErrClosed or ctx's error.
+func (w *Watcher) Next(ctx context.Context, heartbeat time.Duration) (c Commit, ok bool, head api.Cursor, err error) {
+	var timer <-chan time.Time
+	if heartbeat > 0 {
+		t := time.NewTimer(heartbeat)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		c, ok, head, wake, err := w.take()
+		if err != nil || ok {
+			return c, ok, head, err
+		}
+		var pending <-chan time.Time
+		if w.pending != "" {
+			t := time.NewTimer(max(w.pendingUntil.Sub(w.f.cfg.Now()), 0))
+			pending = t.C
+			defer t.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return Commit{}, false, head, ctx.Err()
+		case <-timer:
+			return Commit{}, false, head, nil
+		case <-pending:
+			return Commit{}, false, head, fmt.Errorf("table %q: %w: its cursor was never reached", w.table, ErrCursorGone)
+		case <-wake:
+		}
+	}
+}
+
+// take returns the next commit if the log has it, or the channel its next
+// append closes.
+func (w *Watcher) take() (c Commit, ok bool, head api.Cursor, wake <-chan struct{}, err error) {
+	l := w.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	head = l.head()
+	if l.closed != nil {
+		return Commit{}, false, head, nil, l.closed
+	}
+	for {
+		if w.next < l.first {
+			return Commit{}, false, head, nil, fmt.Errorf("table %q: %w: the feed no longer keeps the commits after its position", w.table, ErrTooSlow)
+		}
+		i := w.next - l.first
+		if i >= uint64(len(l.entries)) {
+			return Commit{}, false, head, l.wake, nil
+		}
+		e := l.entries[i]
+		// Behind: the bytes of the commits after the one it is to read. A
+		// watcher may be as far behind as it ever was closest plus
+		// SlowBytes: one resumed from an old cursor catches up from there,
+		// one that falls further behind than that is cut off.
+		behind := l.appended - (e.start + e.size)
+		if !w.limited {
+			w.limit, w.limited = behind+w.f.cfg.SlowBytes, true
+		}
+		w.limit = min(w.limit, behind+w.f.cfg.SlowBytes)
+		if behind > w.limit && w.pending == "" {
+			return Commit{}, false, head, nil, fmt.Errorf("table %q: %w: %d bytes behind, %d more than it was (at most %d)", w.table, ErrTooSlow, behind, behind-(w.limit-w.f.cfg.SlowBytes), w.f.cfg.SlowBytes)
+		}
+		w.next++
+		if w.pending != "" {
+			// Commits up to the pending cursor's are in the caller's list.
+			if e.c.Cursor().String() == w.pending {
+				w.pending = ""
+			}
+			continue
+		}
+		return e.c, true, head, nil, nil
+	}
+}
+
+// Close ends the watcher and frees its place among Config.MaxWatchers.
+func (w *Watcher) Close() {
+	w.closeOnce.Do(func() {
+		w.f.mu.Lock()
+		w.f.watchers--
+		w.f.mu.Unlock()
+	})
+}
