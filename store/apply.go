@@ -67,6 +67,8 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 	defer a.free()
 	var inner error  // fn's, meta's or hook's error, returned as is (wrapped once)
 	writing := false // pins.begin called: pins.end once Update is over
+	capt := db.capture()
+	var positions map[int32]int64 // after the commit, for the observer
 	defer func() {
 		if writing {
 			db.pins.end(gen)
@@ -74,6 +76,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 	}()
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		st = ApplyStats{}
+		capt.reset()
 		m, rows, err := db.lookup(tx, table)
 		if err != nil {
 			return err
@@ -92,7 +95,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		if index == nil {
 			return fmt.Errorf("%w: generation %d has no index bucket", ErrCorrupt, gen)
 		}
-		t := &applyTable{genTable: genTable{kv: kv{b: rows, arena: &a}, index: index}, st: &st}
+		t := &applyTable{genTable: genTable{kv: kv{b: rows, arena: &a}, index: index}, st: &st, capt: capt}
 		if err := fn(t); err != nil {
 			inner = err
 			return err
@@ -127,6 +130,9 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 				return err
 			}
 		}
+		if capt != nil {
+			positions = positionsIn(tx, table)
+		}
 		return nil
 	})
 	if inner != nil {
@@ -141,6 +147,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		return ApplyStats{}, fmt.Errorf("apply to table %q in %s: %w", table, db.path, err)
 	}
 	db.changed(table)
+	db.observed(CommitApply, table, gen, positions, capt)
 	return st, nil
 }
 
@@ -149,7 +156,8 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 // table's key count stays exact without walking the tree.
 type applyTable struct {
 	genTable
-	st *ApplyStats
+	st   *ApplyStats
+	capt *capture // the observer's capture of the changes; nil: none
 }
 
 // Put stores value under key, counting key as added if it was absent.
@@ -160,7 +168,11 @@ func (t *applyTable) Put(key, value []byte) error {
 	if !t.has(key) {
 		t.st.Added++
 	}
-	return t.kv.Put(key, value)
+	if err := t.kv.Put(key, value); err != nil {
+		return err
+	}
+	t.capt.put(key, value)
+	return nil
 }
 
 // Delete removes key, counting it as removed if it was present.
@@ -172,7 +184,11 @@ func (t *applyTable) Delete(key []byte) error {
 		return nil
 	}
 	t.st.Removed++
-	return t.kv.Delete(key)
+	if err := t.kv.Delete(key); err != nil {
+		return err
+	}
+	t.capt.del(key)
+	return nil
 }
 
 func (t *applyTable) has(key []byte) bool {

@@ -82,9 +82,10 @@ type DB struct {
 	version  uint64     // the file's format version when opened
 	migrated uint64     // the version a read-write Open migrated from; 0 if none
 	holder   *Holder
-	readTxs  readTxs  // read transactions this package opened (readtx.go)
-	pins     pinSet   // generations pinned by Pagers (pager.go)
-	notify   notifier // wakes the waiters of a table that changed (notify.go)
+	readTxs  readTxs   // read transactions this package opened (readtx.go)
+	pins     pinSet    // generations pinned by Pagers (pager.go)
+	notify   notifier  // wakes the waiters of a table that changed (notify.go)
+	observe  observing // the change feed's observer of commits (observe.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was

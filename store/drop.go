@@ -73,5 +73,6 @@ func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, 
 		return m, fmt.Errorf("drop table %q from %s: %w", table, db.path, err)
 	}
 	db.changed(table)
+	db.observed(CommitDrop, table, 0, nil, nil)
 	return m, nil
 }

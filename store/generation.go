@@ -250,7 +250,10 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 			_ = g.db.dropRetired(deleted)
 		}
 	}()
+	capt := g.db.capture()
+	var positions map[int32]int64 // after the commit, for the observer
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+		capt.reset()
 		gb, rows, err := g.rowsBucket(tx)
 		if err != nil {
 			return err
@@ -279,8 +282,10 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		// nothing to compare: every row is added, and its count is the
 		// one kept while writing (no walk of the new tree).
 		ch := Changes{Added: g.keys}
-		if prevRows != nil {
-			ch, meta.Keys = compareRows(prevRows, rows)
+		if prevRows != nil || capt != nil {
+			// With an observer, a first publish is walked too: its
+			// changes are every row.
+			ch, meta.Keys = compareRows(prevRows, rows, capt)
 		}
 		ch.From, ch.FromKeys = prev, old.Keys
 		meta.Changes = &ch
@@ -317,6 +322,9 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 				hookErr = err
 				return err
 			}
+		}
+		if capt != nil {
+			positions = positionsIn(tx, g.table)
 		}
 		failpoint.Hit(failpoint.PublishCommitBefore) // a crash here leaves the old table and checkpoint; the next open removes the unpublished generation
 		// Dropping the old generation in the same transaction: a crash
@@ -359,6 +367,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 	}
 	failpoint.Hit(failpoint.PublishCommitAfter) // a crash here leaves the new table and no old generation: nothing to clean
 	g.db.changed(g.table)
+	g.db.observed(CommitPublish, g.table, g.id, positions, capt)
 	g.removeRuns()
 	g.done = true
 	g.arena.free()

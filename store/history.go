@@ -82,18 +82,22 @@ func generationRows(tx *bolt.Tx, gen uint64) *bolt.Bucket {
 
 // compareRows walks old (nil: no previous generation) and cur in key order
 // with one cursor each, counting keys added, removed and changed, and
-// returns those and cur's number of keys. It holds no key in memory.
-func compareRows(old, cur *bolt.Bucket) (Changes, int64) {
+// returns those and cur's number of keys. It holds no key in memory but
+// what capt (nil: none) captures of the changes, up to its bound.
+func compareRows(old, cur *bolt.Bucket, capt *capture) (Changes, int64) {
 	var ch Changes
 	var n int64
-	walkDiff(old, cur, func(op DiffOp, _, _, _ []byte) bool {
+	walkDiff(old, cur, func(op DiffOp, k, _, v []byte) bool {
 		switch op {
 		case OpAdded:
 			ch.Added++
+			capt.put(k, v)
 		case OpRemoved:
 			ch.Removed++
+			capt.del(k)
 		case OpChanged:
 			ch.Changed++
+			capt.put(k, v)
 		}
 		return true
 	}, func() { n++ })
@@ -341,7 +345,10 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 	if db.readOnly {
 		return res, fmt.Errorf("roll back table %q in %s: %w", table, db.path, ErrReadOnly)
 	}
+	capt := db.capture()
+	var positions map[int32]int64 // after the commit, for the observer
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		capt.reset()
 		cur, kept, err := db.lookupHistory(tx, table)
 		if err != nil {
 			return err
@@ -378,6 +385,10 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 			return err
 		}
 		res.From, res.To = cur, kept[i].Meta
+		if capt != nil {
+			compareRows(generationRows(tx, cur.Generation), generationRows(tx, gen), capt)
+			positions = positionsIn(tx, table)
+		}
 		return nil
 	})
 	if err != nil {
@@ -389,6 +400,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 		return res, fmt.Errorf("roll back table %q in %s to generation %d: %w", table, db.path, gen, err)
 	}
 	db.changed(table)
+	db.observed(CommitRollback, table, gen, positions, capt)
 	return res, nil
 }
 
