@@ -211,19 +211,19 @@ func (l *log) close(why error) {
 // Append hands table's feed a commit that succeeded, after it. A commit
 // of another epoch than the last one's starts that epoch: cursors of the
 // earlier epochs are gone, while the watchers reading go on into it. A
-// table without a feed (Start not called) ignores it.
-func (f *Feeds) Append(table string, c Commit) {
+// table without a feed (Start not called) ignores it and returns false.
+func (f *Feeds) Append(table string, c Commit) bool {
 	f.mu.Lock()
 	l := f.tables[table]
 	f.mu.Unlock()
 	if l == nil {
-		return
+		return false
 	}
 	c.Positions = maps.Clone(c.Positions)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed != nil {
-		return
+		return true
 	}
 	if c.Epoch != l.head().Epoch {
 		clear(l.index)
@@ -236,7 +236,12 @@ func (f *Feeds) Append(table string, c Commit) {
 	l.trim(f.cfg)
 	close(l.wake)
 	l.wake = make(chan struct{})
+	return true
 }
+
+// MaxCommitBytes is the most of a commit's changes a feed keeps (its
+// Config.MaxBytes): a writer need not capture more.
+func (f *Feeds) MaxCommitBytes() int64 { return f.cfg.MaxBytes }
 
 // head is the state after the last commit.
 func (l *log) head() api.Cursor {

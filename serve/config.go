@@ -143,7 +143,30 @@ type Config struct {
 	// InitialMmapSize is passed to store.Open (store.Options.InitialMmapSize):
 	// tests make it small so that commits must grow the mapping.
 	InitialMmapSize int
+
+	// The change feeds (feed.go, package feed; docs/daemon.md "The change
+	// feed"). 0 means the default; negative is a *ConfigError.
+	//
+	// FeedRetainBytes and FeedRetainFor: each table's feed keeps at least
+	// this many bytes and at least this long of commits, whichever holds
+	// more (feed.DefaultRetainBytes, feed.DefaultRetainFor), and never
+	// more than FeedMaxBytes (default 4 x FeedRetainBytes).
+	FeedRetainBytes int64
+	FeedRetainFor   time.Duration
+	FeedMaxBytes    int64
+	// FeedSlowBytes: a watcher that falls further behind is cut off
+	// (watcher_too_slow). Default feed.DefaultSlowBytes.
+	FeedSlowBytes int64
+	// MaxWatchers bounds the open change feeds of all tables. Default
+	// feed.DefaultMaxWatchers.
+	MaxWatchers int
+	// FeedHeartbeat is how often a change feed without commits says so.
+	// Default DefaultFeedHeartbeat.
+	FeedHeartbeat time.Duration
 }
+
+// DefaultFeedHeartbeat is Config.FeedHeartbeat's default.
+const DefaultFeedHeartbeat = 5 * time.Second
 
 // Defaults of the large-answer limits (Config).
 const (
@@ -244,6 +267,21 @@ func (s *settings) largeAnswerDefaults() error {
 		return &ConfigError{Field: "max_heavy_requests", Value: strconv.Itoa(s.MaxHeavyRequests), Reason: "want 1 or more, 0 for the default (2)"}
 	case s.PageMaxBytes < 0:
 		return &ConfigError{Field: "page_max_bytes", Value: strconv.Itoa(s.PageMaxBytes), Reason: "want a number of bytes, 0 for the default (4 MiB)"}
+	case s.FeedRetainBytes < 0:
+		return &ConfigError{Field: "feed.retain_bytes", Value: strconv.FormatInt(s.FeedRetainBytes, 10), Reason: "want a number of bytes, 0 for the default (64 MiB)"}
+	case s.FeedRetainFor < 0:
+		return &ConfigError{Field: "feed.retain_for", Value: s.FeedRetainFor.String(), Reason: "want a duration, 0 for the default (5m)"}
+	case s.FeedMaxBytes < 0:
+		return &ConfigError{Field: "feed.max_bytes", Value: strconv.FormatInt(s.FeedMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (4 x retain_bytes)"}
+	case s.FeedSlowBytes < 0:
+		return &ConfigError{Field: "feed.slow_watcher_bytes", Value: strconv.FormatInt(s.FeedSlowBytes, 10), Reason: "want a number of bytes, 0 for the default (16 MiB)"}
+	case s.MaxWatchers < 0:
+		return &ConfigError{Field: "feed.max_watchers", Value: strconv.Itoa(s.MaxWatchers), Reason: "want 1 or more, 0 for the default (64)"}
+	case s.FeedHeartbeat < 0:
+		return &ConfigError{Field: "feed.heartbeat", Value: s.FeedHeartbeat.String(), Reason: "want a duration, 0 for the default (5s)"}
+	}
+	if s.FeedHeartbeat == 0 {
+		s.FeedHeartbeat = DefaultFeedHeartbeat
 	}
 	if s.SpoolMaxBytes == 0 {
 		s.SpoolMaxBytes = DefaultSpoolMaxBytes

@@ -38,9 +38,8 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		s.historyError(w, table, err)
 		return
 	}
-	// Its positions may have gone back: cursors read before are of the
-	// old epoch (positions.go).
-	s.epochs.bump(table)
+	// Its positions may have gone back: the observer (feed.go) started a
+	// new epoch of the table in the commit's wake.
 	s.cfg.Log.Info().Str(keyTable, table).Uint64("from", res.From.Generation).Uint64("generation", res.To.Generation).
 		Msg("rolled back: a kept generation is published again, the previous one kept")
 	writeJSON(w, http.StatusOK, api.RollbackResult{Generation: res.To.Generation, From: res.From.Generation, Keys: res.To.Keys})

@@ -15,6 +15,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/kmaterialize/kmaterialize/feed"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -60,6 +61,7 @@ type Server struct {
 	spool    *spooler                // spooled answers (spool.go)
 	heavy    chan struct{}           // a slot per heavy request running (heavy.go)
 	epochs   epochs                  // each table's epoch of its positions (positions.go)
+	feeds    *feed.Feeds             // the tables' change feeds (feed.go)
 	waiters  atomic.Int64            // reads waiting for min_positions (positions.go)
 
 	// The run queue (queue.go), guarded by mu: runs waiting, oldest
@@ -107,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.feeds = feed.New(s.feedConfig())
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -145,6 +148,9 @@ func (s *Server) Run(ctx context.Context, ready func()) (err error) {
 		}
 	}()
 
+	if err := s.startFeeds(db); err != nil {
+		return fmt.Errorf("start the change feeds: %w", err)
+	}
 	unixLn, err := listenUnix(s.cfg.Socket, s.cfg.SocketMode, s.cfg.gid)
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ func (s *Server) shutdown(sched gocron.Scheduler, servers []*http.Server, stopFo
 	if s.cfg.Stopping != nil {
 		s.cfg.Stopping()
 	}
+	// Open change feeds end now with shutting_down: the HTTP servers'
+	// Shutdown waits for every answer to end.
+	s.feeds.Close()
 	s.reloadMu.Lock()
 	s.mu.Lock()
 	s.stopping = true

@@ -1,0 +1,93 @@
+package serve
+
+import (
+	"github.com/kmaterialize/kmaterialize/api"
+	"github.com/kmaterialize/kmaterialize/feed"
+	"github.com/kmaterialize/kmaterialize/store"
+)
+
+// The change feeds (package feed): the daemon starts each table's feed at
+// the table as it opens the file, and the database's observer hands every
+// later commit to it (observe), so that GET .../changes serves a table's
+// commits from memory, never from a read transaction.
+
+// feedConfig is the feeds' bounds from the settings.
+func (s *Server) feedConfig() feed.Config {
+	return feed.Config{
+		RetainBytes: s.cfg.FeedRetainBytes,
+		RetainFor:   s.cfg.FeedRetainFor,
+		MaxBytes:    s.cfg.FeedMaxBytes,
+		SlowBytes:   s.cfg.FeedSlowBytes,
+		MaxWatchers: s.cfg.MaxWatchers,
+	}
+}
+
+// startFeeds starts every table's feed at its state in db and sets the
+// observer that hands the feeds db's commits. Call it before anything
+// writes to db.
+func (s *Server) startFeeds(db *store.DB) error {
+	metas, err := db.Tables()
+	if err != nil {
+		return err
+	}
+	for _, m := range metas {
+		var rs readState
+		if err := db.ReadTable(m.Name, func(snap *store.Snapshot) error { return rs.load(snap) }); err != nil {
+			return err
+		}
+		s.feeds.Start(m.Name, s.cursorOf(m.Name, rs))
+	}
+	// A commit's changes beyond what a feed may hold would be dropped at
+	// once: the feed restarts instead (its watchers list again).
+	db.SetObserver(s.observe, s.feeds.MaxCommitBytes())
+	return nil
+}
+
+// cursorOf is the cursor of table's state rs in the current epoch.
+func (s *Server) cursorOf(table string, rs readState) api.Cursor {
+	return api.Cursor{Generation: rs.gen, Epoch: s.epochs.of(table), Positions: rs.positions}
+}
+
+// observe hands a commit of the database to its table's feed. A commit
+// whose changes were not captured (over the bound) restarts the feed at
+// the state after it: its watchers end with cursor_gone and list again. A
+// rollback, or a publish whose positions went back (a rebuild of a
+// recreated topic), starts a new epoch first: cursors read before it
+// cannot be resumed.
+func (s *Server) observe(c store.Commit) {
+	if c.Kind == store.CommitDrop {
+		s.feeds.Stop(c.Table)
+		return
+	}
+	positions := api.Positions(c.Positions)
+	if c.Kind == store.CommitRollback {
+		s.epochs.bump(c.Table)
+	} else if head, err := s.feeds.Head(c.Table); err == nil && !wentForward(head.Positions, positions) {
+		s.epochs.bump(c.Table)
+	}
+	cur := api.Cursor{Generation: c.Generation, Epoch: s.epochs.of(c.Table), Positions: positions}
+	if !c.Complete {
+		s.feeds.Start(c.Table, cur)
+		return
+	}
+	fc := feed.Commit{Epoch: cur.Epoch, Generation: c.Generation, Positions: positions, Changes: make([]feed.Change, len(c.Changes))}
+	for i, ch := range c.Changes {
+		fc.Changes[i] = feed.Change{Key: ch.Key, Value: ch.Value, Deleted: ch.Deleted}
+	}
+	if !s.feeds.Append(c.Table, fc) {
+		// A table's first publish: its feed starts after it, which the
+		// lists read from then name.
+		s.feeds.Start(c.Table, cur)
+	}
+}
+
+// wentForward reports whether positions are at or past prev in every
+// partition of prev: no partition went back or disappeared.
+func wentForward(prev, positions api.Positions) bool {
+	for p, v := range prev {
+		if now, ok := positions[p]; !ok || now < v {
+			return false
+		}
+	}
+	return true
+}
