@@ -66,6 +66,19 @@ type Config struct {
 	SpoolMaxBytes    int64
 	MaxHeavyRequests int
 	PageMaxBytes     int
+	// Feed bounds the change feeds (feed:, docs/daemon.md "The change
+	// feed"); zero fields mean the daemon's defaults.
+	Feed Feed
+}
+
+// Feed is the feed: section: the change feeds' bounds.
+type Feed struct {
+	RetainBytes      int64         // retain_bytes: each table's feed keeps at least this much...
+	RetainFor        time.Duration // retain_for: ... and at least this long, whichever holds more
+	MaxBytes         int64         // max_bytes: and never more than this per table
+	SlowWatcherBytes int64         // slow_watcher_bytes: a watcher further behind is cut off
+	MaxWatchers      int           // max_watchers: open feeds of all tables at once
+	Heartbeat        time.Duration // heartbeat: how often a feed without commits says so
 }
 
 // Kafka is the connection every table's replay uses.
@@ -143,10 +156,20 @@ type file struct {
 	SchemaRegistry fileSchemaRegistry `yaml:"schema_registry"`
 
 	// Memory is the daemon's memory (memory.go).
-	Memory           string `yaml:"memory"`
-	SpoolMaxBytes    int64  `yaml:"spool_max_bytes"`
-	MaxHeavyRequests int    `yaml:"max_heavy_requests"`
-	PageMaxBytes     int    `yaml:"page_max_bytes"`
+	Memory           string   `yaml:"memory"`
+	SpoolMaxBytes    int64    `yaml:"spool_max_bytes"`
+	MaxHeavyRequests int      `yaml:"max_heavy_requests"`
+	PageMaxBytes     int      `yaml:"page_max_bytes"`
+	Feed             fileFeed `yaml:"feed"`
+}
+
+type fileFeed struct {
+	RetainBytes      string `yaml:"retain_bytes"`
+	RetainFor        string `yaml:"retain_for"`
+	MaxBytes         string `yaml:"max_bytes"`
+	SlowWatcherBytes string `yaml:"slow_watcher_bytes"`
+	MaxWatchers      *int   `yaml:"max_watchers"`
+	Heartbeat        string `yaml:"heartbeat"`
 }
 
 type fileSchemaRegistry struct {
@@ -690,6 +713,52 @@ func (p *parser) runSettings(f *file, c *Config) error {
 			return p.errorf(p.line(d.key), d.key, "%q: must be positive", d.val)
 		}
 		*d.dst = v
+	}
+	return p.feedSettings(f, c)
+}
+
+// feedSettings reads the feed: section into c.Feed.
+func (p *parser) feedSettings(f *file, c *Config) error {
+	ff := f.Feed
+	for _, s := range []struct {
+		key string
+		val string
+		dst *int64
+	}{{"retain_bytes", ff.RetainBytes, &c.Feed.RetainBytes}, {"max_bytes", ff.MaxBytes, &c.Feed.MaxBytes}, {"slow_watcher_bytes", ff.SlowWatcherBytes, &c.Feed.SlowWatcherBytes}} {
+		if s.val == "" {
+			continue
+		}
+		v, err := ParseSize(s.val)
+		if err != nil {
+			return p.errorf(p.line("feed", s.key), "feed."+s.key, "%v", err)
+		}
+		*s.dst = v
+	}
+	if c.Feed.MaxBytes > 0 && c.Feed.RetainBytes > c.Feed.MaxBytes {
+		return p.errorf(p.line("feed", "max_bytes"), "feed.max_bytes", "%s is less than retain_bytes %s", FormatSize(c.Feed.MaxBytes), FormatSize(c.Feed.RetainBytes))
+	}
+	for _, d := range []struct {
+		key string
+		val string
+		dst *time.Duration
+	}{{"retain_for", ff.RetainFor, &c.Feed.RetainFor}, {"heartbeat", ff.Heartbeat, &c.Feed.Heartbeat}} {
+		if d.val == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.val)
+		if err != nil {
+			return p.errorf(p.line("feed", d.key), "feed."+d.key, "%q: %s", d.val, notDuration(d.val, "e.g. 5m, 5s"))
+		}
+		if v <= 0 {
+			return p.errorf(p.line("feed", d.key), "feed."+d.key, "%q: must be positive", d.val)
+		}
+		*d.dst = v
+	}
+	if n := ff.MaxWatchers; n != nil {
+		if *n < 1 || *n > 100000 {
+			return p.errorf(p.line("feed", "max_watchers"), "feed.max_watchers", "%d: want 1 to 100000", *n)
+		}
+		c.Feed.MaxWatchers = *n
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ type Config struct {
 	// holds more...
 	RetainBytes int64
 	RetainFor   time.Duration
-	// ... and never more than MaxBytes (default 4 x RetainBytes): the bound
+	// ... and never more than MaxBytes (default 2 x RetainBytes): the bound
 	// of the daemon's memory a table's feed takes.
 	MaxBytes int64
 	// SlowBytes: a watcher further behind its feed's head is cut off
@@ -88,7 +88,7 @@ func (c Config) withDefaults() Config {
 		c.RetainFor = DefaultRetainFor
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 4 * c.RetainBytes
+		c.MaxBytes = 2 * c.RetainBytes
 	}
 	c.MaxBytes = max(c.MaxBytes, c.RetainBytes)
 	if c.SlowBytes <= 0 {

@@ -150,7 +150,7 @@ type Config struct {
 	// FeedRetainBytes and FeedRetainFor: each table's feed keeps at least
 	// this many bytes and at least this long of commits, whichever holds
 	// more (feed.DefaultRetainBytes, feed.DefaultRetainFor), and never
-	// more than FeedMaxBytes (default 4 x FeedRetainBytes).
+	// more than FeedMaxBytes (default 2 x FeedRetainBytes).
 	FeedRetainBytes int64
 	FeedRetainFor   time.Duration
 	FeedMaxBytes    int64
@@ -272,7 +272,7 @@ func (s *settings) largeAnswerDefaults() error {
 	case s.FeedRetainFor < 0:
 		return &ConfigError{Field: "feed.retain_for", Value: s.FeedRetainFor.String(), Reason: "want a duration, 0 for the default (5m)"}
 	case s.FeedMaxBytes < 0:
-		return &ConfigError{Field: "feed.max_bytes", Value: strconv.FormatInt(s.FeedMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (4 x retain_bytes)"}
+		return &ConfigError{Field: "feed.max_bytes", Value: strconv.FormatInt(s.FeedMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (2 x retain_bytes)"}
 	case s.FeedSlowBytes < 0:
 		return &ConfigError{Field: "feed.slow_watcher_bytes", Value: strconv.FormatInt(s.FeedSlowBytes, 10), Reason: "want a number of bytes, 0 for the default (16 MiB)"}
 	case s.MaxWatchers < 0:
