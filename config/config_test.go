@@ -116,7 +116,7 @@ func TestLoadEveryField(t *testing.T) {
 		},
 		// No memory in the file: one run of the default memory (no
 		// table follows) and the read path's share.
-		Memory: materialize.DefaultMemory + config.ReadMemory,
+		Memory: materialize.DefaultMemory + config.ReadMemory + 2*config.DefaultFeedRetainBytes,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)

@@ -92,8 +92,30 @@ type MemoryParts struct {
 	LargestRun        int64
 	// Read is the read path's share, ReadMemory.
 	Read int64
-	// Total is Followers + Runs + Read.
+	// Feeds is what the change feeds of all tables may retain: feed:
+	// max_bytes, or its default (FeedMaxBytes).
+	Feeds int64
+	// Total is Followers + Runs + Read + Feeds.
 	Total int64
+}
+
+// Defaults of the feed: section, as the daemon applies them (serve.Config,
+// package feed): DefaultFeedRetainBytes, and twice it for max_bytes.
+const (
+	DefaultFeedRetainBytes int64 = 64 << 20
+)
+
+// FeedMaxBytes is the change feeds' memory: feed.max_bytes, or twice
+// retain_bytes (default DefaultFeedRetainBytes).
+func (c *Config) FeedMaxBytes() int64 {
+	if c.Feed.MaxBytes > 0 {
+		return c.Feed.MaxBytes
+	}
+	r := c.Feed.RetainBytes
+	if r <= 0 {
+		r = DefaultFeedRetainBytes
+	}
+	return 2 * r
 }
 
 // tableMemory is a table's memory bound: its memory, or the default.
@@ -115,7 +137,7 @@ func (c *Config) maxConcurrentRuns() int {
 
 // Memory returns what the daemon's memory must cover for c's tables.
 func (c *Config) MemoryParts() MemoryParts {
-	p := MemoryParts{MaxConcurrentRuns: c.maxConcurrentRuns(), Read: ReadMemory}
+	p := MemoryParts{MaxConcurrentRuns: c.maxConcurrentRuns(), Read: ReadMemory, Feeds: c.FeedMaxBytes()}
 	for _, t := range c.Tables {
 		m := tableMemory(t.Spec)
 		if t.Follow {
@@ -125,16 +147,17 @@ func (c *Config) MemoryParts() MemoryParts {
 		p.LargestRun = max(p.LargestRun, m)
 	}
 	p.Runs = int64(p.MaxConcurrentRuns) * p.LargestRun
-	p.Total = p.Followers + p.Runs + p.Read
+	p.Total = p.Followers + p.Runs + p.Read + p.Feeds
 	return p
 }
 
 // String says how the parts add up, e.g. "followers 2 x 256MiB = 512MiB
-// + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB =
+// + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB +
+// change feeds 128MiB =
 // 832MiB" (a follower's memory is the sum of the followed tables').
 func (p MemoryParts) String() string {
-	return fmt.Sprintf("followers (%d) %s + max_concurrent_runs %d x the largest table's %s + reads %s = %s",
-		p.FollowerCount, FormatSize(p.Followers), p.MaxConcurrentRuns, FormatSize(p.LargestRun), FormatSize(p.Read), FormatSize(p.Total))
+	return fmt.Sprintf("followers (%d) %s + max_concurrent_runs %d x the largest table's %s + reads %s + change feeds %s = %s",
+		p.FollowerCount, FormatSize(p.Followers), p.MaxConcurrentRuns, FormatSize(p.LargestRun), FormatSize(p.Read), FormatSize(p.Feeds), FormatSize(p.Total))
 }
 
 // checkMemory sets c.Memory: the file's memory, which must cover the

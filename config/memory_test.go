@@ -27,8 +27,9 @@ func TestLoadMemory(t *testing.T) {
 		t.Fatalf("tables' memory %d %d %d, want 64MiB, 0 (default), 512MiB", a, b, c)
 	}
 	// The sum, computed here from the file's figures: followers a (64MiB)
-	// and b (the default), one run of the largest (c), 64MiB of reads.
-	want := int64(64<<20) + materialize.DefaultMemory + 512<<20 + config.ReadMemory
+	// and b (the default), one run of the largest (c), 64MiB of reads,
+	// and the change feeds' default (twice their 64MiB retention).
+	want := int64(64<<20) + materialize.DefaultMemory + 512<<20 + config.ReadMemory + 2*config.DefaultFeedRetainBytes
 	if cfg.Memory != want {
 		t.Fatalf("daemon memory without memory: %d, want the sum %d", cfg.Memory, want)
 	}
@@ -41,6 +42,11 @@ func TestLoadMemory(t *testing.T) {
 	if err != nil || ok.Memory != 1<<30 {
 		t.Fatalf("memory 1GiB: %v, %d", err, ok.Memory)
 	}
+	// feed: max_bytes is the feeds' part.
+	small, err := parse(t, write(t, head+"feed:\n  max_bytes: 16MiB\n  retain_bytes: 8MiB\n"+tables, nil), nil)
+	if err != nil || small.Memory != want-2*config.DefaultFeedRetainBytes+16<<20 {
+		t.Fatalf("feed max_bytes 16MiB: %v, memory %d, want %d", err, small.Memory, want-2*config.DefaultFeedRetainBytes+16<<20)
+	}
 
 	for _, tc := range []struct {
 		name, doc string
@@ -48,7 +54,7 @@ func TestLoadMemory(t *testing.T) {
 		want      []string
 	}{
 		{"daemon memory below its parts", head + "memory: 512MiB\n" + tables, 4,
-			[]string{"memory", "512MiB is less than", "followers (2) 320MiB", "max_concurrent_runs 1 x the largest table's 512MiB", "reads 64MiB", "= 896MiB"}},
+			[]string{"memory", "512MiB is less than", "followers (2) 320MiB", "max_concurrent_runs 1 x the largest table's 512MiB", "reads 64MiB", "change feeds 128MiB", "= 1GiB"}},
 		{"bad daemon memory", head + "memory: lots\n" + tables, 4, []string{"memory", "unknown unit"}},
 		{"bad table memory", head + "tables:\n  - name: a\n    topic: t\n    memory: 12XB\n", 7, []string{"tables[0].memory", "unknown unit"}},
 		{"table memory below 1MiB", head + "tables:\n  - name: a\n    topic: t\n    memory: 1000\n", 7, []string{"tables[0].memory", "minimum of 1MiB"}},

@@ -65,8 +65,9 @@ type Config struct {
 	// holds more...
 	RetainBytes int64
 	RetainFor   time.Duration
-	// ... and never more than MaxBytes (default 2 x RetainBytes): the bound
-	// of the daemon's memory a table's feed takes.
+	// ... while the feeds of all tables together hold at most MaxBytes
+	// (default 2 x RetainBytes): the bound of the daemon's memory the
+	// feeds take. Past it, the oldest commits of the largest feed go.
 	MaxBytes int64
 	// SlowBytes: a watcher further behind its feed's head is cut off
 	// (ErrTooSlow).
@@ -125,8 +126,9 @@ var (
 type Feeds struct {
 	cfg Config
 
-	mu       sync.Mutex
+	mu       sync.Mutex // held across an Append: a log's mu is taken inside it, never the reverse
 	tables   map[string]*log
+	total    int64 // bytes the logs retain, at most cfg.MaxBytes after each Append
 	watchers int
 	closed   bool
 }
@@ -168,6 +170,7 @@ func (f *Feeds) Start(table string, c api.Cursor) {
 	defer f.mu.Unlock()
 	if old := f.tables[table]; old != nil {
 		old.close(fmt.Errorf("table %q: %w: its feed restarted", table, ErrCursorGone))
+		f.total -= old.size()
 	}
 	c.Positions = maps.Clone(c.Positions)
 	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{})}
@@ -184,6 +187,7 @@ func (f *Feeds) Stop(table string) {
 	defer f.mu.Unlock()
 	if l := f.tables[table]; l != nil {
 		l.close(fmt.Errorf("table %q: %w: its feed stopped", table, ErrCursorGone))
+		f.total -= l.size()
 		delete(f.tables, table)
 	}
 }
@@ -214,33 +218,65 @@ func (l *log) close(why error) {
 // table without a feed (Start not called) ignores it and returns false.
 func (f *Feeds) Append(table string, c Commit) bool {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	l := f.tables[table]
-	f.mu.Unlock()
 	if l == nil {
 		return false
 	}
 	c.Positions = maps.Clone(c.Positions)
+	f.total += l.append(c, f.cfg)
+	// All tables' feeds within MaxBytes: the largest gives up its oldest.
+	for f.total > f.cfg.MaxBytes {
+		var big *log
+		var most int64
+		for _, o := range f.tables {
+			if n := o.size(); n > most {
+				big, most = o, n
+			}
+		}
+		if big == nil {
+			break
+		}
+		big.mu.Lock()
+		f.total -= big.drop(1)
+		big.mu.Unlock()
+	}
+	return true
+}
+
+// append adds c to l, drops what retention lets go, wakes the watchers,
+// and returns how many bytes l's retained commits grew by (negative when
+// they shrank).
+func (l *log) append(c Commit, cfg Config) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed != nil {
-		return true
+		return 0
 	}
+	before := l.bytes
 	if c.Epoch != l.head().Epoch {
 		clear(l.index)
 	}
-	e := entry{seq: l.first + uint64(len(l.entries)), at: f.cfg.Now(), start: l.appended, size: c.size(), c: c}
+	e := entry{seq: l.first + uint64(len(l.entries)), at: cfg.Now(), start: l.appended, size: c.size(), c: c}
 	l.entries = append(l.entries, e)
 	l.bytes += e.size
 	l.appended += e.size
 	l.index[c.Cursor().String()] = e.seq
-	l.trim(f.cfg)
+	l.trim(cfg)
 	close(l.wake)
 	l.wake = make(chan struct{})
-	return true
+	return l.bytes - before
 }
 
-// MaxCommitBytes is the most of a commit's changes a feed keeps (its
-// Config.MaxBytes): a writer need not capture more.
+// size is the bytes l retains.
+func (l *log) size() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
+}
+
+// MaxCommitBytes is the most of one commit's changes the feeds can keep
+// (Config.MaxBytes): a writer need not capture more.
 func (f *Feeds) MaxCommitBytes() int64 { return f.cfg.MaxBytes }
 
 // head is the state after the last commit.
@@ -252,39 +288,53 @@ func (l *log) head() api.Cursor {
 }
 
 // trim drops the oldest commits while what stays holds at least
-// RetainBytes and the oldest is older than RetainFor, and while the log
-// holds more than MaxBytes. The last commit always stays.
+// RetainBytes and the oldest is older than RetainFor. The last commit
+// stays.
 func (l *log) trim(cfg Config) {
 	now := cfg.Now()
 	drop := 0
 	bytes := l.bytes
 	for drop < len(l.entries)-1 {
 		e := l.entries[drop]
-		over := bytes > cfg.MaxBytes
-		retained := bytes-e.size >= cfg.RetainBytes && now.Sub(e.at) > cfg.RetainFor
-		if !over && !retained {
+		if bytes-e.size < cfg.RetainBytes || now.Sub(e.at) <= cfg.RetainFor {
 			break
 		}
 		bytes -= e.size
 		drop++
 	}
+	l.drop(drop)
+}
+
+// drop drops l's oldest n commits (at most all) and returns their bytes:
+// the state after the last of them becomes l's base.
+func (l *log) drop(n int) int64 {
+	drop := min(n, len(l.entries))
 	if drop == 0 {
-		return
+		return 0
+	}
+	var bytes int64
+	for _, e := range l.entries[:drop] {
+		bytes += e.size
 	}
 	for _, e := range l.entries[:drop] {
-		delete(l.index, e.c.Cursor().String())
+		if k := e.c.Cursor().String(); l.index[k] == e.seq {
+			delete(l.index, k) // not a later commit's of the same state
+		}
 	}
-	delete(l.index, l.base.String())
+	if k := l.base.String(); l.index[k] == 0 {
+		delete(l.index, k)
+	}
 	l.base = l.entries[drop-1].c.Cursor()
 	if l.base.Epoch == l.head().Epoch {
 		l.index[l.base.String()] = 0
 	}
 	// Move the kept ones down so the array does not grow without bound.
-	n := copy(l.entries, l.entries[drop:])
-	clear(l.entries[n:])
-	l.entries = l.entries[:n]
+	kept := copy(l.entries, l.entries[drop:])
+	clear(l.entries[kept:])
+	l.entries = l.entries[:kept]
 	l.first += uint64(drop)
-	l.bytes = bytes
+	l.bytes -= bytes
+	return bytes
 }
 
 // Head returns table's state after its last commit handed to the feed.

@@ -326,3 +326,43 @@ func TestEpochAndPending(t *testing.T) {
 		t.Fatalf("Watch after Close: %v", err)
 	}
 }
+
+// TestMaxBytesAcrossTables: the feeds of all tables hold at most MaxBytes
+// together, the largest giving up its oldest commits first; a watcher
+// whose next commit went is cut off (ErrTooSlow), and resumes from the
+// cursor its feed still keeps.
+func TestMaxBytesAcrossTables(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	a, b := makeHistory(rng, 200, 30, 1), makeHistory(rng, 20, 30, 2)
+	size := a.commits[0].size()
+	f := New(Config{RetainBytes: 10 * size, RetainFor: time.Hour, MaxBytes: 60 * size})
+	f.Start("a", a.start)
+	f.Start("b", b.start)
+	w, err := f.Watch("a", a.start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, c := range b.commits {
+		f.Append("b", c)
+	}
+	for _, c := range a.commits {
+		f.Append("a", c)
+		if f.total > 60*size+4*size {
+			t.Fatalf("the feeds hold %d bytes, over MaxBytes %d", f.total, 60*size)
+		}
+	}
+	if got := f.tables["a"].size() + f.tables["b"].size(); got != f.total {
+		t.Fatalf("total %d, the logs hold %d", f.total, got)
+	}
+	// b, the smaller, kept all its commits.
+	if _, err := f.Watch("b", b.start); err != nil {
+		t.Errorf("the smaller feed lost its oldest commits: %v", err)
+	}
+	if _, _, _, err := w.Next(context.Background(), 0); !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("a watcher whose next commit went: %v, want ErrTooSlow", err)
+	}
+	if _, err := f.Watch("a", a.start); !errors.Is(err, ErrCursorGone) {
+		t.Fatalf("a cursor before the kept commits: %v, want ErrCursorGone", err)
+	}
+}

@@ -200,11 +200,11 @@ func TestServeMemoryCovers(t *testing.T) {
 	tables := fmt.Sprintf("kafka:\n  brokers: %s\ntables:\n  - name: a\n    topic: t\n    follow: true\n  - name: b\n    topic: t\n    memory: 128MiB\n", broker.Addr)
 	ok := write("ok.yaml", "db: data.db\n"+tables)
 	r := mustCLI(t, 0, "serve", "--check-config", ok)
-	if want := "memory 576MiB: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB = 576MiB"; !strings.Contains(r.stdout, want) {
+	if want := "memory 704MiB: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB + change feeds 128MiB = 704MiB"; !strings.Contains(r.stdout, want) {
 		t.Fatalf("check-config printed:\n%s\nwant %q", r.stdout, want)
 	}
 	low := write("low.yaml", "db: data.db\nmemory: 512MiB\n"+tables)
-	want := fmt.Sprintf("config %s:2: memory: 512MiB is less than what it must cover: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB = 576MiB", low)
+	want := fmt.Sprintf("config %s:2: memory: 512MiB is less than what it must cover: followers (1) 256MiB + max_concurrent_runs 1 x the largest table's 256MiB + reads 64MiB + change feeds 128MiB = 704MiB", low)
 	for _, args := range [][]string{{"serve", "--check-config", low}, {"serve", "--config", low}} {
 		r := kmz(t, args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, want) {

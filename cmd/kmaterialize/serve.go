@@ -53,7 +53,7 @@ The config file (YAML; an unknown field is an error naming its line):
     properties:                            # librdkafka properties; ${NAME} from the environment
       security.protocol: SASL_SSL
       sasl.password: ${KAFKA_PASSWORD}
-  memory: 1GiB                             # default: what it covers (followers + runs + 64MiB for reads)
+  memory: 1GiB                             # default: what it covers (followers + runs + 64MiB for reads + feed.max_bytes)
   schema_registry:                         # for value_format/key_format avro, protobuf, jsonschema
     url: http://registry:8081
     username: svc                          # basic auth; or bearer_token: ${SR_TOKEN}
