@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -149,6 +150,13 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 type applyTable struct {
 	genTable
 	st *ApplyStats
+	// cur is the rows bucket's cursor that has seeks with, made once: a
+	// bbolt Get makes a cursor and grows its stack for every key, and
+	// an apply asks for every key it writes. Every use is a Seek, which
+	// searches from the root again, so the Puts and Deletes between
+	// them (which can change the nodes it last stood on) never leave it
+	// pointing anywhere stale.
+	cur *bolt.Cursor
 }
 
 // Put stores value under key, counting key as added if it was absent.
@@ -174,9 +182,14 @@ func (t *applyTable) Delete(key []byte) error {
 	return t.kv.Delete(key)
 }
 
+// has reports whether key is in the rows bucket (which holds no nested
+// bucket).
 func (t *applyTable) has(key []byte) bool {
-	v, _ := t.kv.Get(key)
-	return v != nil
+	if t.cur == nil {
+		t.cur = t.kv.b.Cursor()
+	}
+	k, _ := t.cur.Seek(key)
+	return k != nil && bytes.Equal(k, key)
 }
 
 var _ Rows = (*applyTable)(nil)
