@@ -180,8 +180,12 @@ func BenchmarkFollowApply(b *testing.B) {
 		if keys != int64(f.keys) {
 			b.Fatalf("followed table has %d keys, want %d", keys, f.keys)
 		}
-		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
-			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(),
+		var cpu time.Duration // the daemon's, start to stop
+		if ps := d.cmd.ProcessState; ps != nil {
+			cpu = ps.UserTime() + ps.SystemTime()
+		}
+		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s; daemon CPU %s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
+			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond),
 			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds(),
 			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds())
 	}
