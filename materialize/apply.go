@@ -226,6 +226,9 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 // fold keeps them for the flush. An error leaves nothing of batches
 // added, and what was added before stays (the caller may flush it).
 func (a *applier) add(batches []replay.FollowBatch) error {
+	if len(batches) == 0 {
+		return nil
+	}
 	// Decoded before the transaction: a registry lookup must not hold
 	// the database's writer.
 	var skipped int64
