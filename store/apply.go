@@ -93,6 +93,15 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		if index == nil {
 			return fmt.Errorf("%w: generation %d has no index bucket", ErrCorrupt, gen)
 		}
+		if m.Keys == 0 {
+			// Into no rows, every key is an insert, and the pages bbolt
+			// splits them into at the commit are all new: packed full, as
+			// a fresh generation's (rowsFillPercent), they are half as
+			// many to write now and to rewrite at the next applies. A
+			// tree with rows keeps the default, which leaves room for
+			// inserts among them.
+			rows.FillPercent = rowsFillPercent
+		}
 		t := &applyTable{genTable: genTable{kv: kv{b: rows, arena: &a}, index: index}, st: &st}
 		if err := fn(t); err != nil {
 			inner = err
