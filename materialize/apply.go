@@ -204,9 +204,10 @@ type pendingApply struct {
 	f       fold.Folder
 	latest  *fold.Latest // f, when the batches are folded before the commit
 	batches []replay.FollowBatch
-	n       int   // records
-	skipped int64 // records the decoder left out
-	since   time.Time
+	n       int       // records
+	skipped int64     // records the decoder left out
+	since   time.Time // when the first batch was added
+	last    time.Time // when the last batch was added
 }
 
 // apply folds batches into the published generation in one transaction,
@@ -282,6 +283,7 @@ func (a *applier) add(batches []replay.FollowBatch) error {
 		}
 	}
 	p := a.pend
+	p.last = time.Now()
 	for _, b := range batches {
 		p.n += len(b.Records)
 		if p.latest != nil {
@@ -325,17 +327,17 @@ func (a *applier) pendingBudget() int64 {
 
 // flushDue reports whether what was added should be committed now: a
 // fold that folds in the transaction (count), the fold's budget full, the
-// oldest batch added waiting since limit, or no batch waiting
-// (waiting false) and the positions at the last stable offsets the last
-// refresh read (caught up: a record applied now is visible now). While
-// the follower is behind, the next batch is near and goes into the same
-// commit.
-func (a *applier) flushDue(waiting bool, limit time.Duration) bool {
+// first batch added waiting since limit or the last since idle, or no
+// batch waiting (waiting false) and the positions at the last stable
+// offsets the last refresh read (caught up: a record applied now is
+// visible now). While the follower is behind, the next batch is near and
+// goes into the same commit.
+func (a *applier) flushDue(waiting bool, limit, idle time.Duration) bool {
 	p := a.pend
 	switch {
 	case p == nil:
 		return false
-	case p.latest == nil || p.latest.Full() || time.Since(p.since) >= limit:
+	case p.latest == nil || p.latest.Full() || time.Since(p.since) >= limit || time.Since(p.last) >= idle:
 		return true
 	case waiting:
 		return false
@@ -359,13 +361,18 @@ func (a *applier) behind(positions map[int32]int64) bool {
 	return false
 }
 
-// pendingSince is when the oldest batch not committed was added; ok false
-// when there is none.
-func (a *applier) pendingSince() (time.Time, bool) {
+// pendingDue is when what was added is due at the latest: limit after the
+// first batch added or idle after the last, whichever comes first; ok
+// false when nothing was added.
+func (a *applier) pendingDue(limit, idle time.Duration) (time.Time, bool) {
 	if a.pend == nil {
 		return time.Time{}, false
 	}
-	return a.pend.since, true
+	first, last := a.pend.since.Add(limit), a.pend.last.Add(idle)
+	if last.Before(first) {
+		return last, true
+	}
+	return first, true
 }
 
 // flush commits what was added in one transaction, with the metadata's

@@ -99,9 +99,9 @@ type FollowOptions struct {
 	// DefaultFollowInterval. A follower that is behind (its positions
 	// below the last stable offsets the last refresh read) folds the
 	// batches of a latest table together and commits them when caught
-	// up, when their rows fill twice MaxApplyBytes, or
-	// followBehindCommit (1s) after the first: its readers see a
-	// catch-up move on in those steps.
+	// up, when their rows fill twice MaxApplyBytes, an Interval after the
+	// last if no other came, or followBehindCommit (1s) after the first:
+	// its readers see a catch-up move on in those steps.
 	Interval time.Duration
 	// Refresh is how often the live marks are asked for. Default 1s. It
 	// bounds, too, how long records of a partition that never idles wait
@@ -296,12 +296,18 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 		})
 	}()
 	log.Info().Str("topic", spec.Topic).Interface("from", from).Msg("following")
-	// due fires when the oldest batch added and not committed has waited
-	// followBehindCommit (nil: nothing waits).
+	// due fires when what was added and not committed is due (nil:
+	// nothing waits): followBehindCommit after the first batch, or an
+	// Interval after the last if no other came (a refresh that read new
+	// stable offsets just after a cut makes a caught-up follower look
+	// behind until the next batch).
 	var due <-chan time.Time
+	var dueAt time.Time
 	for {
-		if since, ok := a.pendingSince(); ok && due == nil {
-			due = time.After(time.Until(since.Add(followBehindCommit)))
+		if at, ok := a.pendingDue(followBehindCommit, opts.Interval); !ok {
+			due, dueAt = nil, time.Time{}
+		} else if !at.Equal(dueAt) {
+			due, dueAt = time.After(time.Until(at)), at
 		}
 		select {
 		case <-done:
@@ -348,9 +354,8 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 				release(room, batches, weight)
 				batches = nil
 			}
-			if err == nil && a.flushDue(len(in) > 0, followBehindCommit) {
+			if err == nil && a.flushDue(len(in) > 0, followBehindCommit, opts.Interval) {
 				err = a.flush()
-				due = nil
 			} else if err != nil {
 				// What was added before these commits first.
 				if ferr := a.flush(); ferr != nil {
@@ -365,7 +370,7 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 				return err
 			}
 		case <-due:
-			due = nil
+			dueAt = time.Time{}
 			if err := a.flushNow(ctx); err != nil {
 				cancel()
 				<-done
@@ -384,7 +389,6 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 				}
 				return err
 			}
-			due = nil
 			if err := a.checkRunning(); err != nil {
 				cancel()
 				<-done
