@@ -319,8 +319,8 @@ func foldable(batches []replay.FollowBatch) bool {
 // values and the fold's bookkeeping): twice the apply's byte budget, what
 // one apply of MaxApplyBytes of records held before in its fold's copy of
 // them with its bookkeeping (about 1.8 times their bytes for 100-byte
-// values), so that a follower holds no more than it did when every apply
-// folded its own batches.
+// values). Full is checked after each add, so one add's rows may go over
+// it (see followMemorySplit).
 func (a *applier) pendingBudget() int64 {
 	return 2 * max(a.opts.MaxApplyBytes, 1)
 }
