@@ -43,7 +43,11 @@ func followDaemon(b *testing.B, f *fixture, dir, db, table, tpc string) *daemon 
 	if err != nil {
 		b.Fatal(err)
 	}
-	args := []string{"--log-format", "json", "serve", "--config", cfg}
+	args := []string{"--log-format", "json"}
+	if l := os.Getenv("KMATERIALIZE_BENCH_FOLLOW_LOG_LEVEL"); l != "" {
+		args = append(args, "--log-level", l)
+	}
+	args = append(args, "serve", "--config", cfg)
 	if p := os.Getenv("KMATERIALIZE_BENCH_CPUPROFILE"); p != "" {
 		args = append(args, "--cpuprofile", p)
 	}
@@ -141,8 +145,21 @@ func BenchmarkFollowApply(b *testing.B) {
 		d := followDaemon(b, f, dir, db, "bench", f.topic)
 		cl := unixClient(d.sock)
 		var keys int64
+		// KMATERIALIZE_BENCH_FOLLOW_TRACE=1 prints the positions applied
+		// as they move (a catch-up's timeline: start, applies).
+		trace, last := os.Getenv("KMATERIALIZE_BENCH_FOLLOW_TRACE") != "", int64(-1)
 		for {
 			ends, k, err := tableEnds(cl, "bench")
+			if trace && err == nil {
+				var sum int64
+				for _, e := range ends {
+					sum += e
+				}
+				if sum != last {
+					fmt.Printf("bench: follow trace: %s: %d records applied\n", time.Since(started).Round(time.Millisecond), sum)
+					last = sum
+				}
+			}
 			if err == nil && equalEnds(ends, highs) {
 				keys = k
 				break
@@ -155,11 +172,20 @@ func BenchmarkFollowApply(b *testing.B) {
 		took := time.Since(started)
 		follows = append(follows, took)
 		d.stop(b)
+		if p := os.Getenv("KMATERIALIZE_BENCH_FOLLOW_LOG"); p != "" {
+			if err := os.WriteFile(p, []byte(d.log()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 		if keys != int64(f.keys) {
 			b.Fatalf("followed table has %d keys, want %d", keys, f.keys)
 		}
-		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
-			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(),
+		var cpu time.Duration // the daemon's, start to stop
+		if ps := d.cmd.ProcessState; ps != nil {
+			cpu = ps.UserTime() + ps.SystemTime()
+		}
+		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s; daemon CPU %s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
+			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond),
 			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds(),
 			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds())
 	}

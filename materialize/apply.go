@@ -44,6 +44,10 @@ type applier struct {
 	// config is the topic's configuration as last read (at the start, then
 	// every CheckInterval).
 	config *replay.TopicConfig
+
+	// pend is what was added and not yet committed (nil: nothing); owned
+	// by the apply loop.
+	pend *pendingApply
 }
 
 // liveKept bounds the live marks the applier keeps: at one refresh a
@@ -189,12 +193,42 @@ func reached(live replay.LiveMarks, positions map[int32]int64) bool {
 	return true
 }
 
+// pendingApply is what the applier has folded and not yet committed: the
+// last record of each key of the batches added since the last commit (a
+// latest fold in SortExternally mode, whose rows are copies: the batches'
+// records are released once folded), or, for a fold that needs the table
+// to fold (count: its identity index is on disk), the batches themselves.
+// The batches are kept for their positions, lows and counters; a folded
+// batch's Records are nil.
+type pendingApply struct {
+	f       fold.Folder
+	latest  *fold.Latest // f, when the batches are folded before the commit
+	batches []replay.FollowBatch
+	n       int       // records
+	skipped int64     // records the decoder left out
+	since   time.Time // when the first batch was added
+	last    time.Time // when the last batch was added
+}
+
 // apply folds batches into the published generation in one transaction,
-// with the metadata's counters and the checkpoint's positions.
+// with the metadata's counters and the checkpoint's positions, together
+// with what was added before and not yet committed.
 func (a *applier) apply(batches []replay.FollowBatch) error {
-	n := 0
-	for _, b := range batches {
-		n += len(b.Records)
+	if err := a.add(batches); err != nil {
+		return err
+	}
+	return a.flush()
+}
+
+// add decodes batches, checks their topic ID and adds them to what the
+// next flush commits: a latest fold folds them now, outside the
+// transaction (so that the batches of a follower catching up go into one
+// commit, and a key updated in each of them is written once); a count
+// fold keeps them for the flush. An error leaves nothing of batches
+// added, and what was added before stays (the caller may flush it).
+func (a *applier) add(batches []replay.FollowBatch) error {
+	if len(batches) == 0 {
+		return nil
 	}
 	// Decoded before the transaction: a registry lookup must not hold
 	// the database's writer.
@@ -223,6 +257,135 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 			return err
 		}
 	}
+	if a.pend != nil && a.pend.latest != nil && !foldable(batches) {
+		// A key the fold may refuse: what was folded before commits
+		// first, and these batches are folded in their own
+		// transaction, so that a refusal leaves the table as it was
+		// after the last good batch and nothing of these.
+		if err := a.flush(); err != nil {
+			return err
+		}
+	}
+	if a.pend == nil {
+		f, err := a.spec.NewFolder()
+		if err != nil {
+			return err
+		}
+		a.pend = &pendingApply{f: f, since: time.Now()}
+		if l, ok := f.(*fold.Latest); ok && foldable(batches) {
+			// Held across the adds, within the byte budget (the caller
+			// flushes when it is full), written in key order at Finish.
+			l.SortExternally(int(a.pendingBudget()))
+			a.pend.latest = l
+		} else if ok {
+			// One sorted write of the last value of each key at Finish.
+			l.RetainRecords(math.MaxInt)
+		}
+	}
+	p := a.pend
+	p.last = time.Now()
+	for _, b := range batches {
+		p.n += len(b.Records)
+		if p.latest != nil {
+			// Cannot fail: foldable checked the only record Latest
+			// refuses, and SortExternally never writes to the table.
+			if err := p.latest.Fold(nil, b.Records); err != nil {
+				a.pend = nil // part of a batch: nothing of it may commit
+				return fmt.Errorf("follow table %q: %w", a.table, err)
+			}
+			b.Records = nil // copied into the fold: the batch's bytes are released
+		}
+		p.batches = append(p.batches, b)
+	}
+	p.skipped += skipped
+	return nil
+}
+
+// foldable reports whether a latest fold folds every record of batches
+// without an error: none has a key over fold.MaxKeySize (a bad record,
+// refused or skipped by OnBadRecord).
+func foldable(batches []replay.FollowBatch) bool {
+	for _, b := range batches {
+		for i := range b.Records {
+			if len(b.Records[i].Key) > fold.MaxKeySize {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// pendingBudget bounds the rows a latest fold holds across adds (keys,
+// values and the fold's bookkeeping): twice the apply's byte budget, what
+// one apply of MaxApplyBytes of records held before in its fold's copy of
+// them with its bookkeeping (about 1.8 times their bytes for 100-byte
+// values). Full is checked after each add, so one add's rows may go over
+// it (see followMemorySplit).
+func (a *applier) pendingBudget() int64 {
+	return 2 * max(a.opts.MaxApplyBytes, 1)
+}
+
+// flushDue reports whether what was added should be committed now: a
+// fold that folds in the transaction (count), the fold's budget full, the
+// first batch added waiting since limit or the last since idle, or no
+// batch waiting (waiting false) and the positions at the last stable
+// offsets the last refresh read (caught up: a record applied now is
+// visible now). While the follower is behind, the next batch is near and
+// goes into the same commit.
+func (a *applier) flushDue(waiting bool, limit, idle time.Duration) bool {
+	p := a.pend
+	switch {
+	case p == nil:
+		return false
+	case p.latest == nil || p.latest.Full() || time.Since(p.since) >= limit || time.Since(p.last) >= idle:
+		return true
+	case waiting:
+		return false
+	}
+	return !a.behind(p.batches[len(p.batches)-1].Positions)
+}
+
+// behind reports whether some partition's position is below the last
+// stable offset the newest live marks read: records that can be read now.
+func (a *applier) behind(positions map[int32]int64) bool {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	if len(a.live) == 0 {
+		return false
+	}
+	for p, lso := range a.live[len(a.live)-1].LSO {
+		if pos, ok := positions[p]; ok && pos < lso {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingDue is when what was added is due at the latest: limit after the
+// first batch added or idle after the last, whichever comes first; ok
+// false when nothing was added.
+func (a *applier) pendingDue(limit, idle time.Duration) (time.Time, bool) {
+	if a.pend == nil {
+		return time.Time{}, false
+	}
+	first, last := a.pend.since.Add(limit), a.pend.last.Add(idle)
+	if last.Before(first) {
+		return last, true
+	}
+	return first, true
+}
+
+// flush commits what was added in one transaction, with the metadata's
+// counters and the checkpoint's positions of the last batch added. An
+// error commits nothing and forgets what was added (the follower stops;
+// the next one reads it again from the checkpoint).
+func (a *applier) flush() error {
+	p := a.pend
+	if p == nil {
+		return nil
+	}
+	a.pend = nil
+	batches, n, skipped, f := p.batches, p.n, p.skipped, p.f
 	last := batches[len(batches)-1]
 	lows := map[int32]int64{}
 	for _, b := range batches {
@@ -235,24 +398,17 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 	// the one the follower started with.
 	cp.TopicID = recordedID(cp.TopicID, a.topicID)
 	a.liveMu.Unlock()
-	f, err := a.spec.NewFolder()
-	if err != nil {
-		return err
-	}
 	count, isCount := f.(*fold.Count)
-	if l, ok := f.(*fold.Latest); ok {
-		// One sorted write of the last value of each key at Finish, over
-		// every batch (within the byte budget, see MaxApplyBytes).
-		l.RetainRecords(math.MaxInt)
-	}
 	st, err := a.opts.DB.Apply(a.table, a.gen, func(r store.Rows) error {
 		t := foldTable{r}
 		if n == 0 {
 			return nil
 		}
-		for _, b := range batches {
-			if err := f.Fold(t, b.Records); err != nil {
-				return err
+		if p.latest == nil {
+			for _, b := range batches {
+				if err := f.Fold(t, b.Records); err != nil {
+					return err
+				}
 			}
 		}
 		if isCount {
@@ -289,7 +445,7 @@ func (a *applier) apply(batches []replay.FollowBatch) error {
 		// batch followed by a stable one was not a visible cut.
 		a.opts.Status.applied(cp, int64(n), last.Unstable, held)
 	}
-	a.log.Debug().Int("records", n).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
+	a.log.Debug().Int("records", n).Int("batches", len(batches)).Int64("added", st.Added).Int64("removed", st.Removed).Msg("applied")
 	return nil
 }
 

@@ -32,6 +32,13 @@ const DefaultFollowCheck = replay.DefaultConfigRefresh
 // together, up to this many.
 const followMaxRecords = 100_000
 
+// followBehindCommit bounds how long a follower that is behind (its
+// positions below the last stable offsets the last refresh read) folds
+// batches into one commit before it commits them: a catch-up commits in
+// steps of at most this long (or of the fold's byte budget), rather than
+// once per batch, and its readers see it move on at least that often.
+const followBehindCommit = time.Second
+
 // followMemorySplit is how a follower divides its table's memory M
 // (Spec.Memory, default DefaultMemory) between the parts that hold
 // records, so that it holds about M/2 however far behind the table is (the
@@ -41,15 +48,25 @@ const followMaxRecords = 100_000
 //     queued.max.messages.kbytes (C memory), unless the properties set it;
 //   - the records read and not yet handed over (past the last stable
 //     offset seen, replay.FollowConfig.MaxBytes), M/16;
-//   - the batches handed over and not yet committed, the apply being
-//     written included, M/16 (the in-flight semaphore); an apply takes at
-//     most M/16 of them (MaxApplyBytes), and its transaction's dirty pages
-//     are about as much again until it commits.
+//   - the batches handed over and not yet folded or committed, M/16 (the
+//     in-flight semaphore);
+//   - a latest table's rows folded and not yet committed (the last
+//     record of each key of the batches a follower behind commits
+//     together, see followBehindCommit), M/8 (twice MaxApplyBytes, keys,
+//     values and the fold's bookkeeping), overshot by at most one
+//     handing-over's rows; this replaces the copy an apply's fold made of
+//     its own batches (up to about 1.8 times their M/16 for 100-byte
+//     values). A count table's apply folds in its transaction, from its
+//     batches, as before. The transaction's dirty pages are about the
+//     size of the rows written until it commits.
 //
-// Live: about 3M/16 of Go memory (3M/8 with garbage) plus M/8 of C.
+// Live: about M/4 of Go memory plus M/8 of C, and far behind with keys
+// that do not repeat, one handing-over's rows more (the overshoot, about
+// M/9 for 100-byte values). A table whose rows fit in their M/8 is folded
+// once per followBehindCommit however far behind it is.
 type followMemorySplit struct {
 	prefetchKiB int   // queued.max.messages.kbytes
-	apply       int64 // MaxApplyBytes: held, in flight, one apply
+	apply       int64 // MaxApplyBytes: held, in flight; twice it folded
 }
 
 func splitFollowMemory(m int64) followMemorySplit {
@@ -79,7 +96,12 @@ type FollowOptions struct {
 	// BatchRecords; its Topic, End and Start are ignored.
 	Replay replay.Config
 	// Interval: see replay.FollowConfig.Interval. Default
-	// DefaultFollowInterval.
+	// DefaultFollowInterval. A follower that is behind (its positions
+	// below the last stable offsets the last refresh read) folds the
+	// batches of a latest table together and commits them when caught
+	// up, when their rows fill twice MaxApplyBytes, an Interval after the
+	// last if no other came, or followBehindCommit (1s) after the first:
+	// its readers see a catch-up move on in those steps.
 	Interval time.Duration
 	// Refresh is how often the live marks are asked for. Default 1s. It
 	// bounds, too, how long records of a partition that never idles wait
@@ -274,7 +296,19 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 		})
 	}()
 	log.Info().Str("topic", spec.Topic).Interface("from", from).Msg("following")
+	// due fires when what was added and not committed is due (nil:
+	// nothing waits): followBehindCommit after the first batch, or an
+	// Interval after the last if no other came (a refresh that read new
+	// stable offsets just after a cut makes a caught-up follower look
+	// behind until the next batch).
+	var due <-chan time.Time
+	var dueAt time.Time
 	for {
+		if at, ok := a.pendingDue(followBehindCommit, opts.Interval); !ok {
+			due, dueAt = nil, time.Time{}
+		} else if !at.Equal(dueAt) {
+			due, dueAt = time.After(time.Until(at)), at
+		}
 		select {
 		case <-done:
 			if ctx.Err() != nil {
@@ -282,6 +316,11 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 			}
 			if rerr == nil {
 				rerr = errors.New("follower ended without an error")
+			}
+			// What was read before the error is committed first: the
+			// next follower starts after it.
+			if err := a.flushNow(ctx); err != nil {
+				log.Warn().Err(err).Msg("follow: the records read before the follower's error were not applied")
 			}
 			return fmt.Errorf("follow table %q: %w", table, rerr)
 		case b := <-in:
@@ -307,28 +346,82 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 				<-done
 				return nil
 			}
-			err := a.apply(batches)
-			opts.CPU.Release()
-			for _, b := range batches {
-				room.Release(weight(b))
+			// A latest fold folds the batches now and commits them with
+			// the next ones while the follower is behind (flushDue); their
+			// records are then released at once.
+			err := a.add(batches)
+			if a.pend != nil && a.pend.latest != nil {
+				release(room, batches, weight)
+				batches = nil
 			}
+			if err == nil && a.flushDue(len(in) > 0, followBehindCommit, opts.Interval) {
+				err = a.flush()
+			} else if err != nil {
+				// What was added before these commits first.
+				if ferr := a.flush(); ferr != nil {
+					log.Warn().Err(ferr).Msg("follow: the records read before the failed batch were not applied")
+				}
+			}
+			opts.CPU.Release()
+			release(room, batches, weight)
 			if err != nil {
 				cancel()
 				<-done
 				return err
 			}
+		case <-due:
+			dueAt = time.Time{}
+			if err := a.flushNow(ctx); err != nil {
+				cancel()
+				<-done
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 		case <-checkc:
+			// The check's positions are the committed ones.
+			if err := a.flushNow(ctx); err != nil {
+				cancel()
+				<-done
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 			if err := a.checkRunning(); err != nil {
 				cancel()
 				<-done
 				return err
 			}
 		case <-ctx.Done():
+			// What was added and not committed is read again by the
+			// next follower, as the batches still in flight.
 			cancel()
 			<-done
 			return nil
 		}
 	}
+}
+
+// release gives batches' weights back to room.
+func release(room *semaphore.Weighted, batches []replay.FollowBatch, weight func(replay.FollowBatch) int64) {
+	for _, b := range batches {
+		room.Release(weight(b))
+	}
+}
+
+// flushNow commits what the applier added, in a slot of the CPU share. ctx
+// ending while it waits for one commits nothing and returns ctx's error.
+func (a *applier) flushNow(ctx context.Context) error {
+	if a.pend == nil {
+		return nil
+	}
+	if err := a.opts.CPU.Acquire(ctx); err != nil {
+		return err
+	}
+	defer a.opts.CPU.Release()
+	return a.flush()
 }
 
 // WatchLive keeps opts.Status's live marks current without following:

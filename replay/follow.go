@@ -280,7 +280,8 @@ func (st *followPart) read(r record.Record) {
 // what stays held pins no arena: an arena holds every partition's records
 // of its batch, and one record held for an open transaction would keep
 // alive the bytes of all the others, delivered long ago. Each record is
-// copied at most once.
+// copied at most once, after a cut that handed records over (before one,
+// every record of the arenas read since the last is held).
 func (st *followPart) own() {
 	rest := st.held[st.owned:]
 	if len(rest) == 0 {
@@ -651,7 +652,12 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 			continue
 		}
 		b, ok := f.cut(heldBytes >= f.c.MaxBytes)
-		if f.bq != nil {
+		if f.bq != nil && len(b.Records) > 0 {
+			// Only a cut hands over records while others of their
+			// batch's arena stay held: until one does, an arena's
+			// records are all held and pin nothing delivered, so a
+			// follower catching up (every record held until an
+			// unstable cut takes them all) copies nothing.
 			for _, st := range f.parts {
 				st.own()
 			}

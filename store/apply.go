@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -95,6 +96,15 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 		if index == nil {
 			return fmt.Errorf("%w: generation %d has no index bucket", ErrCorrupt, gen)
 		}
+		if m.Keys == 0 {
+			// Into no rows, every key is an insert, and the pages bbolt
+			// splits them into at the commit are all new: packed full, as
+			// a fresh generation's (rowsFillPercent), they are half as
+			// many to write now and to rewrite at the next applies. A
+			// tree with rows keeps the default, which leaves room for
+			// inserts among them.
+			rows.FillPercent = rowsFillPercent
+		}
 		t := &applyTable{genTable: genTable{kv: kv{b: rows, arena: &a}, index: index}, st: &st, capt: capt}
 		if err := fn(t); err != nil {
 			inner = err
@@ -158,6 +168,13 @@ type applyTable struct {
 	genTable
 	st   *ApplyStats
 	capt *capture // the observer's capture of the changes; nil: none
+	// cur is the rows bucket's cursor that has seeks with, made once: a
+	// bbolt Get makes a cursor and grows its stack for every key, and
+	// an apply asks for every key it writes. Every use is a Seek, which
+	// searches from the root again, so the Puts and Deletes between
+	// them (which can change the nodes it last stood on) never leave it
+	// pointing anywhere stale.
+	cur *bolt.Cursor
 }
 
 // Put stores value under key, counting key as added if it was absent.
@@ -191,9 +208,14 @@ func (t *applyTable) Delete(key []byte) error {
 	return nil
 }
 
+// has reports whether key is in the rows bucket (which holds no nested
+// bucket).
 func (t *applyTable) has(key []byte) bool {
-	v, _ := t.kv.Get(key)
-	return v != nil
+	if t.cur == nil {
+		t.cur = t.kv.b.Cursor()
+	}
+	k, _ := t.cur.Seek(key)
+	return k != nil && bytes.Equal(k, key)
 }
 
 var _ Rows = (*applyTable)(nil)
