@@ -331,6 +331,11 @@ func BenchmarkFollowLatency(b *testing.B) {
 		}
 		cl.Close()
 		d.stop(b)
+		if p := os.Getenv("KMATERIALIZE_BENCH_FOLLOW_LOG"); p != "" {
+			if err := os.WriteFile(p, []byte(d.log()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 		lat := make([]time.Duration, n)
 		for j := range lat {
 			lat[j] = seen[j].Sub(sent[j])

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -51,8 +52,11 @@ import (
 // until a later stable offset covers them. FollowConfig.MaxBytes bounds what
 // is held: when the held records' keys and values reach it, the batch ends
 // at the positions read instead, and FollowBatch.Unstable says so. A
-// partition that never idles (no EOF) gets its stable offsets from the
-// refresh alone: its records wait up to about Refresh before they can go.
+// partition that never idles gets no EOF (librdkafka raises one only for a
+// fetch at the LSO that brings nothing, and a broker holds a fetch until a
+// record comes): while records wait for a stable offset, the follower asks
+// for the LSOs every StableRefresh (a read_committed ListOffsets), so a
+// record written at a steady rate waits about StableRefresh, not Refresh.
 
 // ErrCheckpointBelowLow is returned (as an *Error of kind ErrRecordsRemoved)
 // when a follower's start position is below the partition's retained low:
@@ -88,6 +92,11 @@ type FollowConfig struct {
 	// last stable offset), the partition set and the topic ID are asked
 	// for. Default 1s.
 	Refresh time.Duration
+	// StableRefresh is how often the last stable offsets are asked for
+	// while records are held for one (see "Where a batch ends"): one
+	// ListOffsets request to each partition's leader. Default
+	// DefaultStableRefresh.
+	StableRefresh time.Duration
 	// ConfigRefresh is how often TopicConfigs are read again
 	// (DescribeConfigs) by the refresh goroutine, since a topic's
 	// configuration can change while it is followed. Default
@@ -125,6 +134,9 @@ type LiveMarks struct {
 	// this refresh read them again (every ConfigRefresh), nil otherwise.
 	TopicConfig *TopicConfig
 }
+
+// DefaultStableRefresh is FollowConfig.StableRefresh's default.
+const DefaultStableRefresh = 25 * time.Millisecond
 
 // DefaultConfigRefresh is FollowConfig.ConfigRefresh's default: a topic's
 // configuration (delete.retention.ms) is read again every five minutes.
@@ -187,6 +199,9 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	if c.ConfigRefresh <= 0 {
 		c.ConfigRefresh = DefaultConfigRefresh
 	}
+	if c.StableRefresh <= 0 {
+		c.StableRefresh = DefaultStableRefresh
+	}
 	cl, err := newClients(c.Config)
 	if err != nil {
 		return err
@@ -220,10 +235,14 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		f.refresh(rctx)
+	}()
+	go func() {
+		defer wg.Done()
+		f.pollStable(rctx)
 	}()
 	err = f.loop(ctx, sink)
 	cancel()
@@ -371,6 +390,9 @@ type follower struct {
 	// take (nil once taken).
 	lsoMu sync.Mutex
 	lsos  map[int32]int64
+	// waiting is set by the loop while records are held for a stable
+	// offset: pollStable asks for the LSOs then.
+	waiting atomic.Bool
 	// pr reads the partitions for the loop: their records, EOFs and
 	// client errors (partreader.go); the follower is its driver.
 	pr *partReader
@@ -462,9 +484,7 @@ func (f *follower) refresh(ctx context.Context) {
 		}
 		err := marks.Error
 		if err == nil {
-			f.lsoMu.Lock()
-			f.lsos = marks.LSO
-			f.lsoMu.Unlock()
+			f.noteLSOs(marks.LSO)
 			var added []PartitionBounds
 			for _, p := range parts {
 				if _, ok := f.known.Load(p.Partition); !ok {
@@ -666,6 +686,7 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 			b.Lows, lows, ok = lows, map[int32]int64{}, true
 		}
 		left, _ := f.holding()
+		f.waiting.Store(left > 0)
 		if left > 0 {
 			// A batch was due and records stay behind: a boundary
 			// the reading did not get.
@@ -698,6 +719,48 @@ func (f *follower) loop(ctx context.Context, sink FollowSink) error {
 
 // timeout bounds the follower's own metadata requests, as the refresh's.
 func (f *follower) timeout() time.Duration { return min(f.c.StallTimeout, 5*time.Second) }
+
+// noteLSOs hands the loop last stable offsets read (by the refresh or
+// pollStable), keeping the larger of two not taken yet.
+func (f *follower) noteLSOs(lsos map[int32]int64) {
+	f.lsoMu.Lock()
+	defer f.lsoMu.Unlock()
+	if f.lsos == nil {
+		f.lsos = make(map[int32]int64, len(lsos))
+	}
+	for p, off := range lsos {
+		if cur, ok := f.lsos[p]; !ok || off > cur {
+			f.lsos[p] = off
+		}
+	}
+}
+
+// pollStable asks for the followed partitions' last stable offsets every
+// StableRefresh while the loop holds records for one, until ctx ends. A
+// failed request is left to the refresh, which reports its errors.
+func (f *follower) pollStable(ctx context.Context) {
+	t := time.NewTicker(f.c.StableRefresh)
+	defer t.Stop()
+	timeout := min(f.c.StallTimeout, 5*time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !f.waiting.Load() {
+			continue
+		}
+		plan := Plan{Topic: f.c.Topic}
+		f.known.Range(func(k, _ any) bool {
+			plan.Partitions = append(plan.Partitions, PartitionBounds{Partition: k.(int32)})
+			return true
+		})
+		if lsos, err := LSOs(ctx, f.cl.admin, plan, timeout); err == nil {
+			f.noteLSOs(lsos)
+		}
+	}
+}
 
 // takeLSOs notes the last stable offsets the refresh read.
 func (f *follower) takeLSOs() {
