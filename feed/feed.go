@@ -158,6 +158,8 @@ type log struct {
 	appended int64             // bytes ever appended
 	index    map[string]uint64 // cursor text -> seq after which it is; 0: base
 	wake     chan struct{}     // closed by the next append (or Close)
+	watching int               // watchers of this log now
+	watched  time.Time         // when the last of them closed
 	closed   error             // why the log ended: ErrClosed or ErrCursorGone; nil while it runs
 }
 
@@ -386,7 +388,23 @@ func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
 		return nil, fmt.Errorf("table %q: %w: the feed keeps commits from positions %s (epoch %d)", table, ErrCursorGone, l.base.Positions, head.Epoch)
 	}
 	f.watchers++
+	l.watching++
 	return w, nil
+}
+
+// Watched reports whether table's feed has a watcher, or had one within
+// RetainFor: a writer captures the changes of a large commit (a publish)
+// only for a feed somebody reads, or may come back to read without a 410.
+func (f *Feeds) Watched(table string) bool {
+	f.mu.Lock()
+	l := f.tables[table]
+	f.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.watching > 0 || (!l.watched.IsZero() && f.cfg.Now().Sub(l.watched) <= f.cfg.RetainFor)
 }
 
 // ahead reports whether a is at or past b in every partition of either.
@@ -512,5 +530,9 @@ func (w *Watcher) Close() {
 		w.f.mu.Lock()
 		w.f.watchers--
 		w.f.mu.Unlock()
+		w.l.mu.Lock()
+		w.l.watching--
+		w.l.watched = w.f.cfg.Now()
+		w.l.mu.Unlock()
 	})
 }

@@ -366,3 +366,32 @@ func TestMaxBytesAcrossTables(t *testing.T) {
 		t.Fatalf("a cursor before the kept commits: %v, want ErrCursorGone", err)
 	}
 }
+
+// TestWatched: a feed is watched while a watcher is open and for
+// RetainFor after the last one closed.
+func TestWatched(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := New(Config{RetainFor: time.Minute, Now: func() time.Time { return now }})
+	start := api.Cursor{Epoch: 1, Generation: 1, Positions: api.Positions{0: 0}}
+	f.Start("t", start)
+	if f.Watched("t") || f.Watched("none") {
+		t.Fatal("watched before any watcher")
+	}
+	w, err := f.Watch("t", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Watched("t") {
+		t.Fatal("not watched with a watcher open")
+	}
+	now = now.Add(time.Hour)
+	w.Close()
+	now = now.Add(59 * time.Second)
+	if !f.Watched("t") {
+		t.Fatal("not watched within RetainFor of the last close")
+	}
+	now = now.Add(2 * time.Second)
+	if f.Watched("t") {
+		t.Fatal("watched past RetainFor")
+	}
+}

@@ -37,10 +37,21 @@ func (s *Server) startFeeds(db *store.DB) error {
 		}
 		s.feeds.Start(m.Name, s.cursorOf(m.Name, rs))
 	}
-	// A commit's changes beyond what a feed may hold would be dropped at
-	// once: the feed restarts instead (its watchers list again).
-	db.SetObserver(s.observe, s.feeds.MaxCommitBytes())
+	db.SetObserver(s.observe, s.captureBound)
 	return nil
+}
+
+// captureBound is how much of a commit's changes the database captures for
+// the feeds: what they can hold (more would be dropped at once: the feed
+// restarts instead, and its watchers list again). A publish or a rollback,
+// which may change every row, is captured only for a feed watched now or
+// within its retention: for the others the feed restarts at the commit,
+// and a publish costs what it costs without feeds.
+func (s *Server) captureBound(kind store.CommitKind, table string) int64 {
+	if kind != store.CommitApply && !s.feeds.Watched(table) {
+		return 0
+	}
+	return s.feeds.MaxCommitBytes()
 }
 
 // cursorOf is the cursor of table's state rs in the current epoch.

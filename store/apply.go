@@ -68,7 +68,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 	defer a.free()
 	var inner error  // fn's, meta's or hook's error, returned as is (wrapped once)
 	writing := false // pins.begin called: pins.end once Update is over
-	capt := db.capture()
+	capt := db.capture(CommitApply, table)
 	var positions map[int32]int64 // after the commit, for the observer
 	defer func() {
 		if writing {

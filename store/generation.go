@@ -250,7 +250,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 			_ = g.db.dropRetired(deleted)
 		}
 	}()
-	capt := g.db.capture()
+	capt := g.db.capture(CommitPublish, g.table)
 	var positions map[int32]int64 // after the commit, for the observer
 	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
 		capt.reset()

@@ -345,7 +345,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 	if db.readOnly {
 		return res, fmt.Errorf("roll back table %q in %s: %w", table, db.path, ErrReadOnly)
 	}
-	capt := db.capture()
+	capt := db.capture(CommitRollback, table)
 	var positions map[int32]int64 // after the commit, for the observer
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		capt.reset()

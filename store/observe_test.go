@@ -21,7 +21,7 @@ import (
 func TestObserverCommits(t *testing.T) {
 	db := openTemp(t)
 	var got []Commit
-	db.SetObserver(func(c Commit) { got = append(got, c) }, 1<<20)
+	db.SetObserver(func(c Commit) { got = append(got, c) }, func(CommitKind, string) int64 { return 1 << 20 })
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(int64(seed)))
@@ -131,7 +131,7 @@ func TestObserverCommits(t *testing.T) {
 	check("rollback", CommitRollback)
 
 	// Over the bound: no changes, Complete false.
-	db.SetObserver(func(c Commit) { got = append(got, c) }, 100)
+	db.SetObserver(func(c Commit) { got = append(got, c) }, func(CommitKind, string) int64 { return 100 })
 	g3, err := db.Begin("t")
 	if err != nil {
 		t.Fatal(err)
