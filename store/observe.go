@@ -93,11 +93,11 @@ type capture struct {
 	// chunks hold the changes, chunkLen each but the last: a slice grown
 	// by append copied each change some times over (most of a capturing
 	// publish's cost); changes joins them once, at the exact size.
-	chunks  [][]KeyChange
-	n       int
-	bytes   int64
-	max     int64
-	over    bool
+	chunks [][]KeyChange
+	n      int
+	bytes  int64
+	max    int64
+	over   bool
 	// slab is where keys and values are copied, a block at a time: two
 	// allocations a change made a capturing publish three times slower.
 	// Blocks are never reused (the observer keeps the slices).
