@@ -372,6 +372,10 @@ func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A watch, even one refused below, makes the feed watched (Watched):
+	// its writers capture from now on, so that the client's next list
+	// then watch finds its cursor.
+	l.watched = f.cfg.Now()
 	w := &Watcher{f: f, l: l, table: table}
 	key := from.String()
 	if seq, ok := l.index[key]; ok {
@@ -392,9 +396,10 @@ func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
 	return w, nil
 }
 
-// Watched reports whether table's feed has a watcher, or had one within
-// RetainFor: a writer captures the changes of a large commit (a publish)
-// only for a feed somebody reads, or may come back to read without a 410.
+// Watched reports whether table's feed has a watcher, or had one (or was
+// asked for one) within RetainFor: a writer captures a commit's changes
+// only for a feed somebody reads, or may come back to read without a 410;
+// the others restart at each commit, and cost nothing.
 func (f *Feeds) Watched(table string) bool {
 	f.mu.Lock()
 	l := f.tables[table]

@@ -43,12 +43,14 @@ func (s *Server) startFeeds(db *store.DB) error {
 
 // captureBound is how much of a commit's changes the database captures for
 // the feeds: what they can hold (more would be dropped at once: the feed
-// restarts instead, and its watchers list again). A publish or a rollback,
-// which may change every row, is captured only for a feed watched now or
-// within its retention: for the others the feed restarts at the commit,
-// and a publish costs what it costs without feeds.
-func (s *Server) captureBound(kind store.CommitKind, table string) int64 {
-	if kind != store.CommitApply && !s.feeds.Watched(table) {
+// restarts instead, and its watchers list again), and only for a feed
+// watched now or within its retention (feed.Feeds.Watched): the others
+// restart at every commit, so that a daemon nobody watches spends neither
+// memory nor time on feeds. A client's first watch makes the feed watched
+// even when it is refused (410 after a commit it missed): its next list
+// and watch then meet.
+func (s *Server) captureBound(_ store.CommitKind, table string) int64 {
+	if !s.feeds.Watched(table) {
 		return 0
 	}
 	return s.feeds.MaxCommitBytes()
