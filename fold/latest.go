@@ -125,6 +125,10 @@ func (l *Latest) SortExternally(budget int) {
 // the budget given to SortExternally or RetainRecords.
 func (l *Latest) Full() bool { return l.held.bytes >= l.budget }
 
+// Held returns the bytes of the held rows (keys, values and bookkeeping),
+// as Full counts them, and how many keys they are.
+func (l *Latest) Held() (bytes int64, keys int) { return int64(l.held.bytes), l.held.n }
+
 // Sorted returns the held rows in ascending key order, one per key: the
 // last record's value, nil for a tombstone (which deletes the key). The
 // rows stay held until Reset; do not call Fold while reading them.

@@ -54,7 +54,8 @@ const followBehindCommit = time.Second
 //     record of each key of the batches a follower behind commits
 //     together, see followBehindCommit), M/8 (twice MaxApplyBytes, keys,
 //     values and the fold's bookkeeping), overshot by at most one
-//     handing-over's rows; this replaces the copy an apply's fold made of
+//     handing-over's rows (not at all for rows of a page or more, which
+//     commit first: largeRow); this replaces the copy an apply's fold made of
 //     its own batches (up to about 1.8 times their M/16 for 100-byte
 //     values). A count table's apply folds in its transaction, from its
 //     batches, as before. The transaction's dirty pages are about the
@@ -348,7 +349,25 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 			}
 			// A latest fold folds the batches now and commits them with
 			// the next ones while the follower is behind (flushDue); their
-			// records are then released at once.
+			// records are then released at once. When the folded rows
+			// are large (a page or more each: bbolt writes each to pages
+			// of its own, allocated for the commit) and the batches would
+			// take them past their budget, what was folded commits
+			// first: such a commit costs its rows again in dirty pages,
+			// and one past the budget took a follower of 1 MB values
+			// 25 MiB past its memory. Small rows share their pages.
+			adding := inFlight(batches, weight)
+			if p := a.pend; p != nil && p.latest != nil {
+				if held, keys := p.latest.Held(); keys > 0 && held+adding > a.pendingBudget() && held/int64(keys) >= largeRow {
+					if err := a.flush(); err != nil {
+						opts.CPU.Release()
+						release(room, batches, weight)
+						cancel()
+						<-done
+						return err
+					}
+				}
+			}
 			err := a.add(batches)
 			if a.pend != nil && a.pend.latest != nil {
 				release(room, batches, weight)
@@ -500,4 +519,19 @@ func FollowRetriable(err error) bool {
 	}
 	return errors.Is(err, replay.ErrUnavailable) || errors.Is(err, replay.ErrKafka) || errors.Is(err, store.ErrGenerationChanged) ||
 		errors.Is(err, ErrCheckpointMoved) || errors.Is(err, decode.ErrUnavailable)
+}
+
+// largeRow is the folded row size (key, value and bookkeeping) from which
+// a follower commits what it folded before it folds past the budget:
+// bbolt's page size, from which a value takes overflow pages of its own.
+const largeRow = 4096
+
+// inFlight is the weight of batches: their records' bytes, as the
+// in-flight semaphore counts them.
+func inFlight(batches []replay.FollowBatch, weight func(replay.FollowBatch) int64) int64 {
+	var n int64
+	for _, b := range batches {
+		n += weight(b)
+	}
+	return n
 }
