@@ -1,0 +1,302 @@
+package serve
+
+// Tests of the change feed route (changes.go): an independent consumer
+// lists a table, watches from the list's cursor, and after every commit
+// line its copy equals the oracle fold of what the test produced up to
+// that commit's positions; a publish (rebuild) and a rollback come as
+// changes; refusals before the stream (400, 404, 410, 503); a watcher that
+// does not read is cut off while another goes on; shutdown ends streams.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kmaterialize/kmaterialize/api"
+	"github.com/kmaterialize/kmaterialize/internal/localkafka"
+)
+
+// produced is every record a test produced, with its offset: the oracle's
+// input.
+type produced struct {
+	recs    []localkafka.Record
+	offsets []int64
+}
+
+func (p *produced) write(t *testing.T, topic string, recs []localkafka.Record) {
+	t.Helper()
+	offs, err := broker.Produce(context.Background(), topic, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.recs, p.offsets = append(p.recs, recs...), append(p.offsets, offs...)
+}
+
+// foldAt is the latest fold of the records below pos (per partition,
+// offset < pos[partition]), in offset order per partition. Keys are
+// partition-specific in these tests, so the order across partitions does
+// not matter.
+func (p *produced) foldAt(pos api.Positions) oracle {
+	type at struct {
+		off int64
+		r   localkafka.Record
+	}
+	byPart := map[int32][]at{}
+	for i, r := range p.recs {
+		if p.offsets[i] < pos[r.Partition] {
+			byPart[r.Partition] = append(byPart[r.Partition], at{p.offsets[i], r})
+		}
+	}
+	o := oracle{}
+	for _, recs := range byPart {
+		// Produce returns offsets in increasing order per partition.
+		var in []localkafka.Record
+		for _, a := range recs {
+			in = append(in, a.r)
+		}
+		o = latestOracle(o, in)
+	}
+	return o
+}
+
+// ends are the positions after every produced record.
+func (p *produced) ends() api.Positions {
+	out := api.Positions{}
+	for i, r := range p.recs {
+		out[r.Partition] = max(out[r.Partition], p.offsets[i]+1)
+	}
+	return out
+}
+
+// keyed are n records over partitions 0..parts-1 with keys of their own
+// partition, every fifth a tombstone of a key written before.
+func keyed(round, n int, parts int32, keys int) []localkafka.Record {
+	recs := make([]localkafka.Record, n)
+	for i := range recs {
+		p := int32(i) % parts
+		r := localkafka.Record{Partition: p, Key: []byte(fmt.Sprintf("p%d-k%03d", p, (i*3+round)%keys))}
+		if i%5 != 2 {
+			r.Value = []byte(fmt.Sprintf("r%d-v%d", round, i))
+		}
+		recs[i] = r
+	}
+	return recs
+}
+
+// feedStream is an open change feed: a goroutine (ended by closing the
+// body, at the latest at the test's end) reads its lines into lines.
+type feedStream struct {
+	t      *testing.T
+	resp   *http.Response
+	lines  chan api.FeedLine
+	errc   chan error
+	cancel context.CancelFunc
+}
+
+// watchRaw opens GET .../changes?query without reading it.
+func watchRaw(t *testing.T, c *client, table, query string) (*http.Response, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/v1/tables/"+table+"/changes?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No client timeout: the stream stays open.
+	resp, err := (&http.Client{Transport: c.hc.Transport}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return resp, cancel
+}
+
+// watch opens the feed from from (a cursor or "now") and fails t unless
+// it is 200.
+func watch(t *testing.T, c *client, table, from string) *feedStream {
+	t.Helper()
+	resp, cancel := watchRaw(t, c, table, "from="+url.QueryEscape(from))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET changes from %s: %d", from, resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Fatalf("GET changes: Content-Type %q", ct)
+	}
+	fs := &feedStream{t: t, resp: resp, lines: make(chan api.FeedLine, 1<<16), errc: make(chan error, 1), cancel: cancel}
+	fs.start()
+	return fs
+}
+
+func (fs *feedStream) start() {
+	go func() {
+		br := bufio.NewReaderSize(fs.resp.Body, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				fs.errc <- err
+				close(fs.lines)
+				return
+			}
+			var l api.FeedLine
+			if err := json.Unmarshal(line, &l); err != nil {
+				fs.errc <- fmt.Errorf("line %q: %w", line, err)
+				close(fs.lines)
+				return
+			}
+			fs.lines <- l
+		}
+	}()
+}
+
+// next is the stream's next line; ok false at its end.
+func (fs *feedStream) next() (api.FeedLine, bool) {
+	fs.t.Helper()
+	select {
+	case l, ok := <-fs.lines:
+		return l, ok
+	case <-time.After(60 * time.Second):
+		fs.t.Fatal("no line from the change feed in 60s")
+	}
+	return api.FeedLine{}, false
+}
+
+// copyOf is a consumer's copy of a table: rows and the state it holds.
+type copyOf struct {
+	rows oracle
+	at   api.Positions
+}
+
+// list reads table's rows in one page with the page's cursor.
+func list(t *testing.T, c *client, table string) (copyOf, string) {
+	t.Helper()
+	r := c.get(t, "/v1/tables/"+table+"/rows?limit=10000")
+	if r.status != http.StatusOK || r.header.Get(HeaderMore) != "false" {
+		t.Fatalf("GET rows: %d more=%s %s", r.status, r.header.Get(HeaderMore), r.body)
+	}
+	cp := copyOf{rows: oracle{}}
+	for _, line := range strings.Split(strings.TrimSpace(string(r.body)), "\n") {
+		if line == "" {
+			continue
+		}
+		var row struct{ Key, Value string }
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		cp.rows[row.Key] = row.Value
+	}
+	pos, err := api.ParsePositions(r.header.Get(HeaderPositions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.at = pos
+	return cp, r.header.Get(HeaderCursor)
+}
+
+// untilCommit applies change lines to cp up to the next commit line and
+// returns it. Heartbeats must name the state cp holds; an error line
+// fails t.
+func (fs *feedStream) untilCommit(cp *copyOf) api.FeedState {
+	fs.t.Helper()
+	for {
+		l, ok := fs.next()
+		switch {
+		case !ok:
+			fs.t.Fatalf("the feed ended: %v", <-fs.errc)
+		case l.Key != nil && l.Value == nil:
+			delete(cp.rows, *l.Key)
+		case l.Key != nil:
+			cp.rows[*l.Key] = *l.Value
+		case l.Heartbeat != nil:
+			if cp.at != nil && !maps.Equal(l.Heartbeat.Positions, cp.at) {
+				fs.t.Fatalf("a heartbeat at %v while the copy holds %v", l.Heartbeat.Positions, cp.at)
+			}
+		case l.Commit != nil:
+			cp.at = l.Commit.Positions
+			return *l.Commit
+		case l.Error != nil:
+			fs.t.Fatalf("the feed ended with %+v", *l.Error)
+		default:
+			fs.t.Fatalf("a line of no known kind: %+v", l)
+		}
+	}
+}
+
+// endsWith reads the stream to its end and returns its error line's code.
+func (fs *feedStream) endsWith() string {
+	fs.t.Helper()
+	code := ""
+	for {
+		l, ok := fs.next()
+		if !ok {
+			return code
+		}
+		if l.Error != nil {
+			code = l.Error.Code
+		}
+	}
+}
+
+func checkCopy(t *testing.T, what string, cp copyOf, want oracle) {
+	t.Helper()
+	if !maps.Equal(cp.rows, want) {
+		t.Fatalf("%s: the copy (%d rows) differs from the oracle (%d rows) at %v:\ncopy   %v\noracle %v", what, len(cp.rows), len(want), cp.at, cp.rows, want)
+	}
+}
+
+// TestChangesFollowed: a consumer lists a followed table and watches from
+// the list's cursor while a producer writes keyed records with
+// tombstones: after every commit line the copy equals the oracle fold of
+// the log up to the commit's positions, until it holds every record.
+func TestChangesFollowed(t *testing.T) {
+	topic := unique(t, "topic")
+	broker.TestTopic(t, topic, 2, nil)
+	var p produced
+	p.write(t, topic, keyed(0, 60, 2, 20))
+	cfg := baseConfig(t, followedTable("live", topic, FollowSettings{}))
+	cfg.FeedHeartbeat = 100 * time.Millisecond
+	d := start(t, cfg)
+	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "live").State == StateFollowing })
+
+	cp, cursor := list(t, d.c, "live")
+	checkCopy(t, "the list", cp, p.foldAt(cp.at))
+	fs := watch(t, d.c, "live", cursor)
+	commits, lastCursor := 0, ""
+	for round := 1; round <= 8; round++ {
+		p.write(t, topic, keyed(round, 25, 2, 20))
+		want := p.ends()
+		for {
+			st := fs.untilCommit(&cp)
+			commits++
+			if st.Cursor == "" || st.Generation == 0 {
+				t.Fatalf("commit %+v without cursor or generation", st)
+			}
+			checkCopy(t, fmt.Sprintf("round %d, commit %d", round, commits), cp, p.foldAt(st.Positions))
+			lastCursor = st.Cursor
+			if reached, _ := st.Positions.Reached(want); reached {
+				break
+			}
+		}
+	}
+	t.Logf("%d commits, %d rows", commits, len(cp.rows))
+	// A watcher that goes away resumes from its last commit's cursor and
+	// misses nothing.
+	fs.cancel()
+	waitFor(t, "the watcher to end", 30*time.Second, func() bool { return d.s.feeds.Watchers() == 0 })
+	p.write(t, topic, keyed(9, 25, 2, 20))
+	fs = watch(t, d.c, "live", lastCursor)
+	want := p.ends()
+	for {
+		st := fs.untilCommit(&cp)
+		checkCopy(t, "after the resume", cp, p.foldAt(st.Positions))
+		if reached, _ := st.Positions.Reached(want); reached {
+			break
+		}
+	}
+}
