@@ -19,8 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/internal/localkafka"
+	"github.com/kmaterialize/kmaterialize/materialize"
+	"github.com/kmaterialize/kmaterialize/replay"
+	"github.com/kmaterialize/kmaterialize/store"
 )
 
 // produced is every record a test produced, with its offset: the oracle's
@@ -298,5 +303,224 @@ func TestChangesFollowed(t *testing.T) {
 		if reached, _ := st.Positions.Reached(want); reached {
 			break
 		}
+	}
+}
+
+// errorOf reads an error answer of the changes route.
+func errorOf(t *testing.T, resp *http.Response) api.ErrorBody {
+	t.Helper()
+	var e api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("%d: %v", resp.StatusCode, err)
+	}
+	return e
+}
+
+// TestChangesRebuildRollback: a watcher of a table that is not followed
+// gets a requested rebuild's publish as the changes between the two
+// generations, then a rollback's: after each commit its copy is the
+// oracle of the generation published. The list's cursor, of the epoch
+// before the rollback, is then 410 with the table's cursor, from which a
+// watch starts; a cursor the daemon never gave is 410, a bad one 400, an
+// unknown table 404.
+func TestChangesRebuildRollback(t *testing.T) {
+	topic := unique(t, "topic")
+	broker.TestTopic(t, topic, 2, nil)
+	var p produced
+	p.write(t, topic, keyed(0, 60, 2, 20))
+	tbl := kafkaTable("t", topic, nil)
+	tbl.Build = func(ctx context.Context, db *store.DB, log zerolog.Logger) (materialize.Report, error) {
+		return materialize.Rebuild(ctx, materialize.Options{DB: db, Table: "t", Log: log, Keep: 1,
+			Replay: replay.Config{Brokers: broker.Addr, Topic: topic, StallTimeout: 20 * time.Second, Log: log}})
+	}
+	d := start(t, baseConfig(t, tbl))
+	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").Generation != nil })
+	cp, cursor := list(t, d.c, "t")
+	first := p.ends()
+	checkCopy(t, "the list", cp, p.foldAt(first))
+	fs := watch(t, d.c, "t", cursor)
+
+	p.write(t, topic, keyed(1, 40, 2, 30))
+	if r := d.c.post(t, "/v1/tables/t/rebuild?wait=1", ""); r.status != http.StatusOK {
+		t.Fatalf("rebuild: %d %s", r.status, r.body)
+	}
+	st := fs.untilCommit(&cp)
+	if !maps.Equal(st.Positions, p.ends()) {
+		t.Fatalf("the rebuild's commit at %v, want %v", st.Positions, p.ends())
+	}
+	checkCopy(t, "after the rebuild", cp, p.foldAt(st.Positions))
+
+	if r := d.c.post(t, "/v1/tables/t/rollback", ""); r.status != http.StatusOK {
+		t.Fatalf("rollback: %d %s", r.status, r.body)
+	}
+	st = fs.untilCommit(&cp)
+	if !maps.Equal(st.Positions, first) {
+		t.Fatalf("the rollback's commit at %v, want %v", st.Positions, first)
+	}
+	checkCopy(t, "after the rollback", cp, p.foldAt(first))
+
+	resp, _ := watchRaw(t, d.c, "t", "from="+cursor)
+	e := errorOf(t, resp)
+	if resp.StatusCode != http.StatusGone || e.Code != api.CodeCursorGone || e.Cursor != st.Cursor || !maps.Equal(e.Positions, first) {
+		t.Fatalf("a cursor of the epoch before the rollback: %d %+v, want 410 cursor_gone with cursor %s", resp.StatusCode, e, st.Cursor)
+	}
+	fs2 := watch(t, d.c, "t", e.Cursor)
+	c2 := copyOf{rows: maps.Clone(cp.rows), at: st.Positions}
+
+	p.write(t, topic, keyed(2, 10, 2, 30))
+	if r := d.c.post(t, "/v1/tables/t/rebuild?wait=1", ""); r.status != http.StatusOK {
+		t.Fatalf("rebuild: %d %s", r.status, r.body)
+	}
+	for _, f := range []*feedStream{fs, fs2} {
+		c := &cp
+		if f == fs2 {
+			c = &c2
+		}
+		st := f.untilCommit(c)
+		checkCopy(t, "after the second rebuild", *c, p.foldAt(st.Positions))
+	}
+
+	cur, err := api.ParseCursor(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Epoch += 1000
+	for _, tc := range []struct {
+		table, query string
+		status       int
+		code         string
+	}{
+		{"t", "from=" + cur.String(), http.StatusGone, api.CodeCursorGone},
+		{"t", "from=x!", http.StatusBadRequest, api.CodeBadCursor},
+		{"t", "", http.StatusBadRequest, api.CodeBadCursor},
+		{"t", "from=now&from=now", http.StatusBadRequest, api.CodeBadCursor},
+		{"t", "from=now&encoding=latin1", http.StatusBadRequest, api.CodeBadEncoding},
+		{"t", "from=now&limit=1", http.StatusBadRequest, api.CodeBadRequest},
+		{"nope", "from=now", http.StatusNotFound, api.CodeTableNotFound},
+	} {
+		resp, _ := watchRaw(t, d.c, tc.table, tc.query)
+		if e := errorOf(t, resp); resp.StatusCode != tc.status || e.Code != tc.code {
+			t.Errorf("%s?%s: %d %+v, want %d %s", tc.table, tc.query, resp.StatusCode, e, tc.status, tc.code)
+		}
+	}
+}
+
+// TestChangesMaxWatchers: past max_watchers a watch is 503
+// too_many_watchers; once one ends, a watch is served again.
+func TestChangesMaxWatchers(t *testing.T) {
+	topic := newTopic(t)
+	produce(t, topic, records(1, 20, 10))
+	cfg := baseConfig(t, kafkaTable("t", topic, nil))
+	cfg.MaxWatchers = 2
+	d := start(t, cfg)
+	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").Generation != nil })
+	a := watch(t, d.c, "t", "now")
+	watch(t, d.c, "t", "now")
+	resp, _ := watchRaw(t, d.c, "t", "from=now")
+	if e := errorOf(t, resp); resp.StatusCode != http.StatusServiceUnavailable || e.Code != api.CodeTooManyWatchers || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third watcher: %d %+v", resp.StatusCode, e)
+	}
+	a.cancel()
+	waitFor(t, "a watcher to end", 30*time.Second, func() bool { return d.s.feeds.Watchers() == 1 })
+	watch(t, d.c, "t", "now")
+}
+
+// TestChangesSlowWatcher: a watcher that stops reading, with a small
+// slow-watcher bound, is cut off with watcher_too_slow once it reads
+// again, while another watcher follows every commit and reads answer;
+// then it resumes from its last commit's cursor.
+func TestChangesSlowWatcher(t *testing.T) {
+	topic := unique(t, "topic")
+	broker.TestTopic(t, topic, 1, nil)
+	var p produced
+	p.write(t, topic, keyed(0, 10, 1, 50))
+	cfg := baseConfig(t, followedTable("live", topic, FollowSettings{}))
+	cfg.FeedSlowBytes = 32 << 10
+	d := start(t, cfg)
+	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "live").State == StateFollowing })
+	cp, cursor := list(t, d.c, "live")
+	sc := copyOf{rows: maps.Clone(cp.rows), at: cp.at}
+	fast := watch(t, d.c, "live", cursor)
+	slowResp, _ := watchRaw(t, d.c, "live", "from="+cursor)
+	if slowResp.StatusCode != http.StatusOK {
+		t.Fatal(slowResp.StatusCode)
+	}
+
+	// 3 MiB of changes in some 24 commits (each round awaited): far more
+	// than the sockets between the daemon and the slow watcher hold, so
+	// that it is many commits behind when it reads again.
+	big := strings.Repeat("x", 4<<10)
+	var want api.Positions
+	for round := 1; round <= 24; round++ {
+		recs := keyed(round, 32, 1, 50)
+		for i := range recs {
+			if recs[i].Value != nil {
+				recs[i].Value = append(recs[i].Value, big...)
+			}
+		}
+		p.write(t, topic, recs)
+		want = p.ends()
+		for {
+			st := fast.untilCommit(&cp)
+			checkCopy(t, "the fast watcher", cp, p.foldAt(st.Positions))
+			if reached, _ := st.Positions.Reached(want); reached {
+				break
+			}
+		}
+	}
+	if r := d.c.get(t, "/v1/tables/live/count"); r.status != http.StatusOK {
+		t.Fatalf("count while a watcher is stuck: %d", r.status)
+	}
+
+	slow := &feedStream{t: t, resp: slowResp, lines: make(chan api.FeedLine, 1<<16), errc: make(chan error, 1)}
+	slow.start()
+	lastCursor := cursor
+	code := ""
+	for code == "" {
+		l, ok := slow.next()
+		switch {
+		case !ok:
+			t.Fatalf("the slow watcher's stream ended without an error line: %v", <-slow.errc)
+		case l.Key != nil && l.Value == nil:
+			delete(sc.rows, *l.Key)
+		case l.Key != nil:
+			sc.rows[*l.Key] = *l.Value
+		case l.Commit != nil:
+			sc.at, lastCursor = l.Commit.Positions, l.Commit.Cursor
+			checkCopy(t, "the slow watcher", sc, p.foldAt(sc.at))
+		case l.Error != nil:
+			code = l.Error.Code
+		}
+	}
+	if code != api.CodeWatcherTooSlow {
+		t.Fatalf("the slow watcher ended with %s, want %s", code, api.CodeWatcherTooSlow)
+	}
+	if reached, _ := sc.at.Reached(want); reached {
+		t.Fatalf("the slow watcher got every commit (to %v) before it was cut off", sc.at)
+	}
+	waitFor(t, "the slow watcher to end", 30*time.Second, func() bool { return d.s.feeds.Watchers() == 1 })
+	// Its changes up to its last commit are applied: it resumes there.
+	// A change line after that commit and before the error line may be
+	// in its copy; changes are absolute, so the resume repairs it.
+	resumed := watch(t, d.c, "live", lastCursor)
+	for {
+		st := resumed.untilCommit(&sc)
+		checkCopy(t, "the resumed watcher", sc, p.foldAt(st.Positions))
+		if reached, _ := st.Positions.Reached(want); reached {
+			break
+		}
+	}
+}
+
+// TestChangesShutdown: shutdown ends an open stream with shutting_down.
+func TestChangesShutdown(t *testing.T) {
+	topic := newTopic(t)
+	produce(t, topic, records(1, 20, 10))
+	d := start(t, baseConfig(t, kafkaTable("t", topic, nil)))
+	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").Generation != nil })
+	fs := watch(t, d.c, "t", "now")
+	d.stop(t)
+	if code := fs.endsWith(); code != api.CodeShuttingDown {
+		t.Fatalf("the stream ended with %q, want %s", code, api.CodeShuttingDown)
 	}
 }
