@@ -524,3 +524,29 @@ func TestChangesShutdown(t *testing.T) {
 		t.Fatalf("the stream ended with %q, want %s", code, api.CodeShuttingDown)
 	}
 }
+
+// TestChangesOutlivesReadTimeout: a stream open longer than the server's
+// read timeout (readTimeout, 10s) goes on sending heartbeats, each naming
+// the table's state: the connection's read deadline does not end it.
+func TestChangesOutlivesReadTimeout(t *testing.T) {
+	topic := newTopic(t)
+	produce(t, topic, records(1, 20, 10))
+	cfg := baseConfig(t, kafkaTable("t", topic, nil))
+	cfg.FeedHeartbeat = 500 * time.Millisecond
+	d := start(t, cfg)
+	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").Generation != nil })
+	cp, cursor := list(t, d.c, "t")
+	fs := watch(t, d.c, "t", cursor)
+	until := time.Now().Add(readTimeout + 2*time.Second)
+	beats := 0
+	for time.Now().Before(until) {
+		l, ok := fs.next()
+		if !ok || l.Heartbeat == nil {
+			t.Fatalf("after %d heartbeats: line %+v, open %v (%v)", beats, l, ok, len(fs.errc))
+		}
+		if !maps.Equal(l.Heartbeat.Positions, cp.at) || l.Heartbeat.Cursor != cursor {
+			t.Fatalf("a heartbeat at %+v, want the list's state %v %s", *l.Heartbeat, cp.at, cursor)
+		}
+		beats++
+	}
+}
