@@ -183,3 +183,124 @@ func TestWatchErrorLines(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// memSink is a client.Sink in a map; each Commit sends the copy and its
+// positions on commits.
+type memSink struct {
+	rows    map[string]string
+	resets  int
+	commits chan sinkCommit
+}
+
+type sinkCommit struct {
+	positions client.Positions
+	rows      map[string]string
+}
+
+func (s *memSink) Reset() error          { s.rows = map[string]string{}; s.resets++; return nil }
+func (s *memSink) Put(k, v []byte) error { s.rows[string(k)] = string(v); return nil }
+func (s *memSink) Delete(k []byte) error { delete(s.rows, string(k)); return nil }
+func (s *memSink) Commit(p client.Positions) error {
+	s.commits <- sinkCommit{p.Clone(), maps.Clone(s.rows)}
+	return nil
+}
+
+// TestListThenWatch: ListThenWatch keeps a sink a copy of a followed
+// table while a producer writes keys and tombstones: every Commit's copy
+// equals the oracle fold of the records below its positions, up to the
+// last record; an error of the sink ends it as is, and ctx's end with
+// ctx's error.
+func TestListThenWatch(t *testing.T) {
+	topic := fmt.Sprintf("client-ltw-%d-%d", os.Getpid(), seq.Add(1))
+	broker.TestTopic(t, topic, 1, nil)
+	type rec struct {
+		off        int64
+		key, value string
+	}
+	var log []rec
+	write := func(round, n int) int64 {
+		t.Helper()
+		var recs []localkafka.Record
+		for i := range n {
+			r := localkafka.Record{Key: []byte(fmt.Sprintf("k%02d", (i*5+round)%13))}
+			if i%3 != 1 {
+				r.Value = []byte(fmt.Sprintf("r%d-%d", round, i))
+			}
+			recs = append(recs, r)
+		}
+		offs, err := broker.Produce(context.Background(), topic, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range recs {
+			log = append(log, rec{offs[i], string(r.Key), string(r.Value)})
+		}
+		return offs[len(offs)-1] + 1
+	}
+	foldTo := func(pos int64) map[string]string {
+		o := map[string]string{}
+		for _, r := range log {
+			switch {
+			case r.off >= pos:
+			case r.value == "":
+				delete(o, r.key)
+			default:
+				o[r.key] = r.value
+			}
+		}
+		return o
+	}
+	end := write(0, 25)
+	f := newFixtureWith(t, false, "", "", func(cfg *serve.Config) { cfg.Tables = []serve.Table{followedTable(topic)} })
+	f.producedOnce.Do(func() { close(f.produced) })
+	awaitReady(t, f.cl)
+
+	sink := &memSink{commits: make(chan sinkCommit, 1000)}
+	wctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.cl.ListThenWatch(wctx, "t", sink) }()
+	next := func() sinkCommit {
+		t.Helper()
+		select {
+		case c := <-sink.commits:
+			return c
+		case err := <-done:
+			t.Fatalf("ListThenWatch ended: %v", err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("no commit in 60s")
+		}
+		return sinkCommit{}
+	}
+	for round := 1; round <= 6; round++ {
+		for {
+			c := next()
+			if want := foldTo(c.positions[0]); !maps.Equal(c.rows, want) {
+				t.Fatalf("round %d: at %v the sink holds %v, the oracle %v", round, c.positions, c.rows, want)
+			}
+			if c.positions[0] >= end {
+				break
+			}
+		}
+		end = write(round, 10)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("ListThenWatch after its ctx ended: %v", err)
+	}
+	if sink.resets != 1 {
+		t.Fatalf("%d lists, want 1", sink.resets)
+	}
+	stop := errors.New("sink full")
+	if err := f.cl.ListThenWatch(ctx(t), "t", failingSink{memSink: &memSink{commits: make(chan sinkCommit, 10)}, err: stop}); err != stop {
+		t.Fatalf("ListThenWatch with a failing sink: %v, want its error as is", err)
+	}
+}
+
+// failingSink fails every Put.
+type failingSink struct {
+	*memSink
+	err error
+}
+
+func (s failingSink) Put(k, v []byte) error { return s.err }
