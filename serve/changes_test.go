@@ -550,3 +550,25 @@ func TestChangesOutlivesReadTimeout(t *testing.T) {
 		beats++
 	}
 }
+
+// TestChangesRemoteToken: on a TCP listener with allow_remote the change
+// feed is a read: 401 without a token, a stream with the read token.
+func TestChangesRemoteToken(t *testing.T) {
+	topic := newTopic(t)
+	produce(t, topic, records(1, 20, 10))
+	cfg := baseConfig(t, kafkaTable("t", topic, nil))
+	cfg.Listen, cfg.AllowRemote, cfg.AllowPlaintextTokens = "127.0.0.1:0", true, true
+	cfg.AdminToken, cfg.ReadToken = "admin-tok-0123456789", "read-tok-0123456789"
+	cfg.FeedHeartbeat = 100 * time.Millisecond
+	d := start(t, cfg)
+	waitFor(t, "the first build", 60*time.Second, func() bool { return d.c.table(t, "t").Generation != nil })
+	addr := d.s.TCPAddr().String()
+	resp, _ := watchRaw(t, tcpClient(t, addr), "t", "from=now")
+	if e := errorOf(t, resp); resp.StatusCode != http.StatusUnauthorized || e.Code != api.CodeUnauthorized {
+		t.Fatalf("without a token: %d %+v", resp.StatusCode, e)
+	}
+	fs := watch(t, authClient(t, addr, "Bearer "+cfg.ReadToken), "t", "now")
+	if l, ok := fs.next(); !ok || l.Heartbeat == nil {
+		t.Fatalf("with the read token: %+v %v", l, ok)
+	}
+}
