@@ -84,7 +84,11 @@ func TestWatch(t *testing.T) {
 		t.Fatal("the first page has no cursor")
 	}
 
-	commits := make(chan client.Commit, 1000)
+	type seen struct {
+		commit client.Commit
+		copy   map[string]string // the copy at the commit
+	}
+	commits := make(chan seen, 1000)
 	wctx, cancel := context.WithCancel(ctx(t))
 	done := make(chan error, 1)
 	go func() {
@@ -95,8 +99,7 @@ func TestWatch(t *testing.T) {
 			case ev.Change != nil:
 				copyOf[string(ev.Change.Key)] = string(ev.Change.Value)
 			case ev.Commit != nil:
-				commits <- client.Commit{Positions: ev.Commit.Positions.Clone(), Generation: ev.Commit.Generation, Cursor: ev.Commit.Cursor}
-				commits <- client.Commit{Cursor: fmt.Sprint(maps.Clone(copyOf))} // the copy at the commit, for the test goroutine
+				commits <- seen{*ev.Commit, maps.Clone(copyOf)}
 			}
 			return nil
 		})
@@ -105,17 +108,17 @@ func TestWatch(t *testing.T) {
 	for round := 1; round <= 6; round++ {
 		end := write(round, 12)
 		for {
-			var c, copyText client.Commit
+			var sn seen
 			select {
-			case c = <-commits:
-				copyText = <-commits
+			case sn = <-commits:
 			case err := <-done:
 				t.Fatalf("Watch ended: %v", err)
 			case <-time.After(60 * time.Second):
 				t.Fatal("no commit in 60s")
 			}
-			if want := fmt.Sprint(foldTo(log, c.Positions[0])); copyText.Cursor != want {
-				t.Fatalf("round %d: at %v the copy is %s, the oracle %s", round, c.Positions, copyText.Cursor, want)
+			c := sn.commit
+			if want := foldTo(log, c.Positions[0]); !maps.Equal(sn.copy, want) {
+				t.Fatalf("round %d: at %v the copy is %v, the oracle %v", round, c.Positions, sn.copy, want)
 			}
 			last = c
 			if c.Positions[0] >= end {
