@@ -48,6 +48,16 @@ const (
 	// CodeTooManyWaiters: a read with min_positions that would wait while
 	// the daemon's bound of waiting reads is reached (503).
 	CodeTooManyWaiters = "too_many_waiters"
+	// The change feed (GET .../changes): a from= that is neither a cursor
+	// nor "now" (400); a cursor the feed no longer keeps, of an earlier
+	// epoch or of a restarted feed (410, with ErrorBody's Positions and
+	// Cursor of the table now: list again); the bound of open feeds
+	// reached (503); a watcher cut off for falling behind (a stream's
+	// error line: resume from the last commit's cursor).
+	CodeBadCursor       = "bad_cursor"
+	CodeCursorGone      = "cursor_gone"
+	CodeTooManyWatchers = "too_many_watchers"
+	CodeWatcherTooSlow  = "watcher_too_slow"
 )
 
 // ErrorBody is the body of every error answer.
@@ -71,6 +81,9 @@ type ErrorBody struct {
 	// Positions are the table's current positions, on a 409
 	// positions_not_reached.
 	Positions Positions `json:"positions,omitempty"`
+	// Cursor is the table's current cursor, on a 410 cursor_gone: a feed
+	// may start from it (after a list that reads at it or later).
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // ReadyTable is one table in /readyz's answer.

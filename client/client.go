@@ -152,6 +152,9 @@ func bodyError(method, path string, resp *http.Response, body []byte) *Error {
 		if ae.Positions != nil {
 			e.Read.Positions = ae.Positions
 		}
+		if ae.Cursor != "" {
+			e.Read.Cursor = ae.Cursor // a 410 cursor_gone's: the table's now
+		}
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 	}

@@ -35,6 +35,9 @@
 //	                                     ?rebuild_if_needed=1 (Config.Update; any table the file holds but a followed one)
 //	POST /v1/tables/{table}/rollback     ?generation=G (default the newest kept): 200 {"generation","from","keys"}
 //	GET  /v1/tables/{table}/diff         ?from=&to=&limit=&encoding=base64: JSON lines as `kmaterialize diff`
+//	GET  /v1/tables/{table}/changes      ?from=CURSOR|now&encoding=base64: an open stream of JSON lines (changes.go):
+//	                                     {"key","value"} (null: deleted) per change, {"commit": {"positions","generation","cursor"}}
+//	                                     after each commit's, {"heartbeat": ...} without commits, {"error": {"code","message"}} at its end
 //	GET  /v1/openapi.json                the OpenAPI document (api/openapi.json)
 //	GET  /healthz, /readyz, /metrics
 //
@@ -57,7 +60,7 @@
 // (positions.go).
 // Errors are {"error": "...", "code": "..."}, never a 5xx for bad input:
 //
-//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding, bad_positions, bad_wait
+//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding, bad_positions, bad_wait, bad_cursor
 //	401 unauthorized (TCP with AllowRemote: no bearer token, or an unknown one; WWW-Authenticate: Bearer)
 //	403 forbidden (TCP: a POST or DELETE without the admin token; a metrics token beyond /metrics)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found,
@@ -66,10 +69,11 @@
 //	409 generation_gone, positions_not_reached (with "positions"), run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
 //	    table_followed (update of a followed table),
 //	    definition_changed (update of a table the config defines otherwise than it was built)
+//	410 cursor_gone (changes: a cursor the feed no longer keeps, or of an earlier epoch; with "positions" and "cursor")
 //	422 not_utf8 (ask with encoding=base64)
 //	503 table_not_ready (never published yet; with Retry-After), table_build_failed (its first build failed: reason,
 //	    exit_code, next_retry, attempts), not_ready (/readyz), shutting_down,
-//	    too_many_waiters (MaxPositionWaiters reads wait for min_positions)
+//	    too_many_waiters (MaxPositionWaiters reads wait for min_positions), too_many_watchers (Config.MaxWatchers feeds are open)
 //	500 internal (a damaged database)
 //
 // # Runs

@@ -45,6 +45,7 @@ var routes = []route{
 	{"POST", "/v1/tables/{table}/update", accessAdmin, (*Server).update},
 	{"POST", "/v1/tables/{table}/rollback", accessAdmin, (*Server).rollback},
 	{"GET", "/v1/tables/{table}/diff", accessRead, (*Server).diff},
+	{"GET", "/v1/tables/{table}/changes", accessRead, (*Server).changes},
 	{"GET", "/healthz", accessPublic, (*Server).healthz},
 	{"GET", "/readyz", accessPublic, (*Server).readyz},
 	{"GET", "/v1/status", accessRead, (*Server).status},

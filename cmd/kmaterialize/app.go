@@ -96,6 +96,7 @@ Try: kmaterialize demo (and kmaterialize help COMMAND)`,
 			completionCommand(),
 			rollbackCommand(),
 			diffCommand(),
+			watchCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

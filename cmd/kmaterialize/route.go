@@ -213,6 +213,8 @@ func (d *daemon) fail(err error, table string) error {
 		e.code = exitUsage
 	case client.CodeTooManyWaiters:
 		e.code, e.hint = exitBusy, "too many reads wait at the daemon: ask again"
+	case client.CodeTooManyWatchers:
+		e.code, e.hint = exitBusy, "max_watchers change feeds are open at the daemon: watch again later"
 	case client.CodeGenerationNotFound:
 		e.code, e.hint = exitNotFound, "kmaterialize tables lists the kept generations; give the table a keep in the daemon's config to keep earlier ones"
 	}

@@ -35,6 +35,7 @@ func TestDocumentListsTodaysRoutes(t *testing.T) {
 		{"POST", "/v1/tables/{table}/update"},
 		{"POST", "/v1/tables/{table}/rollback"},
 		{"GET", "/v1/tables/{table}/diff"},
+		{"GET", "/v1/tables/{table}/changes"},
 		{"GET", "/healthz"},
 		{"GET", "/readyz"},
 		{"GET", "/v1/status"},
