@@ -96,6 +96,10 @@
 // the rebuild (--readers N; default the rebuild's default, 2; the floor
 // keeps one consumer).
 //
+// BenchmarkFeedLatency (feed_test.go) times a record's produce
+// acknowledgement to its change line on a watcher of the daemon's change
+// feed at 1000 records/s, as BenchmarkFollowLatency times it to a read.
+//
 // BenchmarkServeGet uses the same topic:
 //
 //	go test -run '^$' -bench ServeGet -benchtime 3x ./bench/
