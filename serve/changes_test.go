@@ -406,7 +406,8 @@ func TestChangesRebuildRollback(t *testing.T) {
 }
 
 // TestChangesMaxWatchers: past max_watchers a watch is 503
-// too_many_watchers; once one ends, a watch is served again.
+// too_many_watchers; once one ends, a watch is served again. The
+// kmaterialize_feed_watchers gauge counts the open watchers throughout.
 func TestChangesMaxWatchers(t *testing.T) {
 	topic := newTopic(t)
 	produce(t, topic, records(1, 20, 10))
@@ -420,9 +421,22 @@ func TestChangesMaxWatchers(t *testing.T) {
 	if e := errorOf(t, resp); resp.StatusCode != http.StatusServiceUnavailable || e.Code != api.CodeTooManyWatchers || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("a third watcher: %d %+v", resp.StatusCode, e)
 	}
+	checkWatchersGauge(t, d.c, 2)
 	a.cancel()
 	waitFor(t, "a watcher to end", 30*time.Second, func() bool { return d.s.feeds.Watchers() == 1 })
+	checkWatchersGauge(t, d.c, 1)
 	watch(t, d.c, "t", "now")
+	checkWatchersGauge(t, d.c, 2)
+}
+
+// checkWatchersGauge fails t unless /metrics reports want open watchers.
+func checkWatchersGauge(t *testing.T, c *client, want int) {
+	t.Helper()
+	r := c.get(t, "/metrics")
+	line := fmt.Sprintf("\nkmaterialize_feed_watchers %d\n", want)
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), line) {
+		t.Fatalf("/metrics: %d, want the line %q", r.status, strings.TrimSpace(line))
+	}
 }
 
 // TestChangesSlowWatcher: a watcher that stops reading, with a small

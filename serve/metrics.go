@@ -57,7 +57,10 @@ func newMetrics(s *Server) *metrics {
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kmaterialize_reads_waiting_for_positions", Help: "Reads waiting for their min_positions now (at most MaxPositionWaiters).",
 	}, func() float64 { return float64(s.waiters.Load()) })
-	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests, waiters,
+	watchers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kmaterialize_feed_watchers", Help: "Open change feeds (GET .../changes streams) of all tables now (at most max_watchers).",
+	}, func() float64 { return float64(s.feeds.Watchers()) })
+	m.reg.MustRegister(m.duration, m.lastSuccess, m.rebuilds, m.records, m.requests, waiters, watchers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		followCollector{s}, dbCollector{s}, schedCollector{})
 	m.scrape = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
