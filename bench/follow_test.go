@@ -33,9 +33,16 @@ import (
 // table, topic) over db, logging to a file in dir.
 func followDaemon(b *testing.B, f *fixture, dir, db, table, tpc string) *daemon {
 	b.Helper()
+	return followDaemonWith(b, f, dir, db, table, tpc, "")
+}
+
+// followDaemonWith is followDaemon with more of the config file (extra,
+// top-level sections).
+func followDaemonWith(b *testing.B, f *fixture, dir, db, table, tpc, extra string) *daemon {
+	b.Helper()
 	cfg := filepath.Join(dir, "kmaterialize.yaml")
 	doc := fmt.Sprintf("db: %s\nkafka:\n  brokers: %s\ntables:\n  - name: %s\n    topic: %s\n    stall_timeout: 60s\n    follow: true\n    max_lag: 100000000\n",
-		db, f.addr, table, tpc)
+		db, f.addr, table, tpc) + extra
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		b.Fatal(err)
 	}

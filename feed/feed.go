@@ -159,8 +159,9 @@ type log struct {
 	index    map[string]uint64 // cursor text -> seq after which it is; 0: base
 	wake     chan struct{}     // closed by the next append (or Close)
 	watching int               // watchers of this log now
-	watched  time.Time         // when the last of them closed
-	closed   error             // why the log ended: ErrClosed or ErrCursorGone; nil while it runs
+	watchers map[*Watcher]struct{}
+	watched  time.Time // when the last of them closed
+	closed   error     // why the log ended: ErrClosed or ErrCursorGone; nil while it runs
 }
 
 // Start begins table's feed at the state c (the table as the daemon
@@ -175,7 +176,7 @@ func (f *Feeds) Start(table string, c api.Cursor) {
 		f.total -= old.size()
 	}
 	c.Positions = maps.Clone(c.Positions)
-	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{})}
+	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{}), watchers: map[*Watcher]struct{}{}}
 	if f.closed {
 		l.close(ErrClosed)
 	}
@@ -241,6 +242,7 @@ func (f *Feeds) Append(table string, c Commit) bool {
 		}
 		big.mu.Lock()
 		f.total -= big.drop(1)
+		big.cutSlow()
 		big.mu.Unlock()
 	}
 	return true
@@ -265,6 +267,7 @@ func (l *log) append(c Commit, cfg Config) int64 {
 	l.appended += e.size
 	l.index[c.Cursor().String()] = e.seq
 	l.trim(cfg)
+	l.cutSlow()
 	close(l.wake)
 	l.wake = make(chan struct{})
 	return l.bytes - before
@@ -376,7 +379,7 @@ func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
 	// its writers capture from now on, so that the client's next list
 	// then watch finds its cursor.
 	l.watched = f.cfg.Now()
-	w := &Watcher{f: f, l: l, table: table}
+	w := &Watcher{f: f, l: l, table: table, cut: make(chan struct{})}
 	key := from.String()
 	if seq, ok := l.index[key]; ok {
 		if seq == 0 {
@@ -391,8 +394,13 @@ func (f *Feeds) Watch(table string, from api.Cursor) (*Watcher, error) {
 	} else {
 		return nil, fmt.Errorf("table %q: %w: the feed keeps commits from positions %s (epoch %d)", table, ErrCursorGone, l.base.Positions, head.Epoch)
 	}
+	// Its bound from the start: one that never reads is cut off too.
+	if n, ok := l.behind(w); ok && w.pending == "" {
+		w.limit, w.limited = n+f.cfg.SlowBytes, true
+	}
 	f.watchers++
 	l.watching++
+	l.watchers[w] = struct{}{}
 	return w, nil
 }
 
@@ -450,6 +458,8 @@ type Watcher struct {
 	limited bool
 
 	closeOnce sync.Once
+	cut       chan struct{} // closed by cutSlow (Cut)
+	cutOnce   sync.Once
 }
 
 // Next returns the next commit: at once if the feed has it, else when it
@@ -537,6 +547,7 @@ func (w *Watcher) Close() {
 		w.f.mu.Unlock()
 		w.l.mu.Lock()
 		w.l.watching--
+		delete(w.l.watchers, w)
 		w.l.watched = w.f.cfg.Now()
 		w.l.mu.Unlock()
 	})

@@ -97,7 +97,21 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	setCursorHeaders(h, start)
 	dw := &deadlineWriter{w: w, rc: rc}
-	_ = rc.SetWriteDeadline(time.Now().Add(streamStallTimeout))
+	dw.deadline()
+	// A watcher that stops reading is cut off by its feed (Cut) once it is
+	// too far behind: its blocked write gives up after FeedCutGrace, so
+	// that it holds neither a place among max_watchers nor the commit it
+	// was sent for minutes. One that reads again within the grace gets
+	// watcher_too_slow as its last line.
+	handlerDone := make(chan struct{})
+	defer close(handlerDone)
+	go func() {
+		select {
+		case <-wt.Cut():
+			dw.cutOff(s.cfg.FeedCutGrace)
+		case <-handlerDone:
+		}
+	}()
 	w.WriteHeader(http.StatusOK)
 	if rc.Flush() != nil {
 		return

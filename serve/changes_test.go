@@ -450,6 +450,9 @@ func TestChangesSlowWatcher(t *testing.T) {
 	p.write(t, topic, keyed(0, 10, 1, 50))
 	cfg := baseConfig(t, followedTable("live", topic, FollowSettings{}))
 	cfg.FeedSlowBytes = 32 << 10
+	// Cut off while it does not read (TestChangesStuckWatcherCut), it
+	// still gets its last line when it reads within the grace.
+	cfg.FeedCutGrace = 10 * time.Minute
 	d := start(t, cfg)
 	waitFor(t, "state following", 60*time.Second, func() bool { return d.c.table(t, "live").State == StateFollowing })
 	cp, cursor := list(t, d.c, "live")

@@ -163,10 +163,18 @@ type Config struct {
 	// FeedHeartbeat is how often a change feed without commits says so.
 	// Default DefaultFeedHeartbeat.
 	FeedHeartbeat time.Duration
+	// FeedCutGrace: a watcher cut off while its stream's write is blocked
+	// (it stopped reading) may take this long to read again, and get its
+	// watcher_too_slow line, before its connection is closed. Default
+	// DefaultFeedCutGrace.
+	FeedCutGrace time.Duration
 }
 
 // DefaultFeedHeartbeat is Config.FeedHeartbeat's default.
 const DefaultFeedHeartbeat = 5 * time.Second
+
+// DefaultFeedCutGrace is Config.FeedCutGrace's default.
+const DefaultFeedCutGrace = 10 * time.Second
 
 // Defaults of the large-answer limits (Config).
 const (
@@ -279,6 +287,9 @@ func (s *settings) largeAnswerDefaults() error {
 		return &ConfigError{Field: "feed.max_watchers", Value: strconv.Itoa(s.MaxWatchers), Reason: "want 1 or more, 0 for the default (64)"}
 	case s.FeedHeartbeat < 0:
 		return &ConfigError{Field: "feed.heartbeat", Value: s.FeedHeartbeat.String(), Reason: "want a duration, 0 for the default (5s)"}
+	}
+	if s.FeedCutGrace <= 0 {
+		s.FeedCutGrace = DefaultFeedCutGrace
 	}
 	if s.FeedHeartbeat == 0 {
 		s.FeedHeartbeat = DefaultFeedHeartbeat

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kmaterialize/kmaterialize/api"
@@ -145,6 +146,33 @@ type deadlineWriter struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	wrote bool
+
+	// mu guards until: once set (cutOff), no write waits past it.
+	mu    sync.Mutex
+	until time.Time
+}
+
+// cutOff makes every write of d, the one blocked now too, give up at the
+// latest after grace. Safe from another goroutine than the writer's: the
+// connection's deadline is, and mu orders it with Write's own.
+func (d *deadlineWriter) cutOff(grace time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.until.IsZero() {
+		d.until = time.Now().Add(grace)
+		_ = d.rc.SetWriteDeadline(d.until)
+	}
+}
+
+// deadline sets the connection's write deadline for the next write.
+func (d *deadlineWriter) deadline() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := time.Now().Add(streamStallTimeout)
+	if !d.until.IsZero() && d.until.Before(t) {
+		t = d.until
+	}
+	_ = d.rc.SetWriteDeadline(t)
 }
 
 // deadlineChunk is the largest write deadlineWriter makes under one
@@ -161,7 +189,7 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 	n := 0
 	for len(b) > 0 {
 		piece := b[:min(len(b), deadlineChunk)]
-		_ = d.rc.SetWriteDeadline(time.Now().Add(streamStallTimeout))
+		d.deadline()
 		d.wrote = true
 		m, err := d.w.Write(piece)
 		n += m
