@@ -37,6 +37,8 @@ const (
 	CodeNoRun            = "no_run"         // 404: a cancel with nothing queued or going
 	CodeSpoolFull        = "spool_full"     // a spooled answer would pass spool_max_bytes
 	CodeBusy             = "busy"           // max_heavy_requests are running
+	CodeBackupRunning    = "backup_running" // 409: GET /v1/backup while another is taken
+	CodeNoSpace          = "no_space"       // 507: a backup would not fit on the database's file system
 	// CodeBadPositions: a min_positions that does not parse, or names a
 	// partition the table does not have (400).
 	CodeBadPositions = "bad_positions"

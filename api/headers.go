@@ -19,4 +19,10 @@ const (
 	HeaderCursor = "Kmaterialize-Cursor"
 	// HeaderDiff says which generations a diff compared: "FROM..TO".
 	HeaderDiff = "X-Kmaterialize-Diff"
+	// HeaderBackupSHA256 is the SHA-256 (hex) of a backup's bytes (GET
+	// /v1/backup): a receiver checks the copy it wrote against it.
+	HeaderBackupSHA256 = "Kmaterialize-Backup-Sha256"
+	// HeaderBackupTxID is the id of the read transaction a backup copied:
+	// the database's state it is.
+	HeaderBackupTxID = "Kmaterialize-Backup-Txid"
 )

@@ -38,6 +38,7 @@
 //	GET  /v1/tables/{table}/changes      ?from=CURSOR|now&encoding=base64: an open stream of JSON lines (changes.go):
 //	                                     {"key","value"} (null: deleted) per change, {"commit": {"positions","generation","cursor"}}
 //	                                     after each commit's, {"heartbeat": ...} without commits, {"error": {"code","message"}} at its end
+//	GET  /v1/backup                      the whole database file, one read transaction's copy (backup.go); admin on TCP
 //	GET  /v1/openapi.json                the OpenAPI document (api/openapi.json)
 //	GET  /healthz, /readyz, /metrics
 //

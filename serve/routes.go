@@ -49,6 +49,7 @@ var routes = []route{
 	{"GET", "/healthz", accessPublic, (*Server).healthz},
 	{"GET", "/readyz", accessPublic, (*Server).readyz},
 	{"GET", "/v1/status", accessRead, (*Server).status},
+	{"GET", "/v1/backup", accessAdmin, (*Server).backup},
 	{"GET", "/v1/openapi.json", accessRead, (*Server).openapi},
 	{"GET", "/metrics", accessMetrics, (*Server).serveMetrics},
 }
