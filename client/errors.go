@@ -41,6 +41,8 @@ const (
 	CodeNoRun              = api.CodeNoRun            // 404: a cancel with nothing queued or going
 	CodeSpoolFull          = api.CodeSpoolFull        // a spooled answer would pass spool_max_bytes
 	CodeBusy               = api.CodeBusy             // max_heavy_requests are running
+	CodeBackupRunning      = api.CodeBackupRunning    // 409: a backup is being taken already
+	CodeNoSpace            = api.CodeNoSpace          // 507: a backup the database's file system cannot hold
 	// Read-your-writes (GetOptions): a bad min_positions or wait (400),
 	// positions not reached within the wait (409: a
 	// *PositionsNotReachedError), too many reads waiting (503).
