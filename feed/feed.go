@@ -171,12 +171,23 @@ type log struct {
 func (f *Feeds) Start(table string, c api.Cursor) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var watched time.Time
 	if old := f.tables[table]; old != nil {
 		old.close(fmt.Errorf("table %q: %w: its feed restarted", table, ErrCursorGone))
 		f.total -= old.size()
+		// The restart keeps the feed watched (Watched) as it was, and
+		// counts the watchers it ends as watching until now: their
+		// clients list and watch again, and the commits meanwhile must be
+		// captured, or each would restart the feed again.
+		old.mu.Lock()
+		watched = old.watched
+		if old.watching > 0 {
+			watched = f.cfg.Now()
+		}
+		old.mu.Unlock()
 	}
 	c.Positions = maps.Clone(c.Positions)
-	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{}), watchers: map[*Watcher]struct{}{}}
+	l := &log{base: c, first: 1, index: map[string]uint64{c.String(): 0}, wake: make(chan struct{}), watched: watched, watchers: map[*Watcher]struct{}{}}
 	if f.closed {
 		l.close(ErrClosed)
 	}
