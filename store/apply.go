@@ -75,7 +75,7 @@ func (db *DB) Apply(table string, gen uint64, fn func(r Rows) error, meta func(m
 			db.pins.end(gen)
 		}
 	}()
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		st = ApplyStats{}
 		capt.reset()
 		m, rows, err := db.lookup(tx, table)

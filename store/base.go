@@ -130,7 +130,7 @@ func (g *Generation) CopyIndexes(ctx context.Context, base uint64) error {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("copy index %q of generation %d: %w", name, base, err)
 			}
-			err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+			err := g.db.update(func(tx *bolt.Tx) error {
 				from, err := generationBucket(tx, base, BucketIndex)
 				if err != nil {
 					return err

@@ -73,19 +73,23 @@ type Options struct {
 // DB is one open kmaterialize file. Its methods are safe for concurrent use;
 // bbolt allows one write transaction at a time and any number of readers.
 type DB struct {
-	bolt     *bolt.DB
-	path     string
-	readOnly bool
-	cleaned  int
-	files    int        // leftover run and compaction files a read-write Open removed
-	runsMu   sync.Mutex // run files: creating RunsDir vs removing it (runfile.go)
-	version  uint64     // the file's format version when opened
-	migrated uint64     // the version a read-write Open migrated from; 0 if none
-	holder   *Holder
-	readTxs  readTxs   // read transactions this package opened (readtx.go)
-	pins     pinSet    // generations pinned by Pagers (pager.go)
-	notify   notifier  // wakes the waiters of a table that changed (notify.go)
-	observe  observing // the change feed's observer of commits (observe.go)
+	bolt  *bolt.DB      // replaced by CompactOnline under swap
+	bopts *bolt.Options // what bolt was opened with (CompactOnline opens the new file so)
+	// gate and swap: see online.go.
+	gate, swap sync.RWMutex
+	compactMu  sync.Mutex // one CompactOnline at a time
+	path       string
+	readOnly   bool
+	cleaned    int
+	files      int        // leftover run and compaction files a read-write Open removed
+	runsMu     sync.Mutex // run files: creating RunsDir vs removing it (runfile.go)
+	version    uint64     // the file's format version when opened
+	migrated   uint64     // the version a read-write Open migrated from; 0 if none
+	holder     *Holder
+	readTxs    readTxs   // read transactions this package opened (readtx.go)
+	pins       pinSet    // generations pinned by Pagers (pager.go)
+	notify     notifier  // wakes the waiters of a table that changed (notify.go)
+	observe    observing // the change feed's observer of commits (observe.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was
@@ -210,7 +214,7 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		return nil, true, nil
 	}
 
-	db := &DB{bolt: bdb, path: path, readOnly: o.ReadOnly}
+	db := &DB{bolt: bdb, bopts: bopts, path: path, readOnly: o.ReadOnly}
 	switch {
 	case o.pageWalk:
 	case o.ReadOnly:
@@ -415,6 +419,8 @@ func (db *DB) Close() error {
 		db.holder = nil
 	}
 	db.closeNotify()
+	db.swap.Lock()
+	defer db.swap.Unlock()
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("close database %s: %w", db.path, err)
 	}
@@ -432,7 +438,7 @@ func (db *DB) ReadOnly() bool { return db.readOnly }
 
 // Bolt returns the underlying bbolt database, for package checkpoint and for
 // tests. Writing to it directly bypasses every rule of this package.
-func (db *DB) Bolt() *bolt.DB { return db.bolt }
+func (db *DB) Bolt() *bolt.DB { return db.handle() }
 
 // View runs fn in a read-only bbolt transaction, for reads that must be
 // consistent with the tables (for example a table's checkpoint).

@@ -32,7 +32,7 @@ func (db *DB) DropTable(table string, hook func(tx *bolt.Tx) error) (TableMeta, 
 	if db.readOnly {
 		return m, fmt.Errorf("drop table %q from %s: %w", table, db.path, ErrReadOnly)
 	}
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		var err error
 		m, _, err = db.lookup(tx, table)
 		if err != nil && !errors.Is(err, ErrCorrupt) {

@@ -50,7 +50,7 @@ func (db *DB) Begin(table string) (*Generation, error) {
 		return nil, fmt.Errorf("begin a generation: table name %q: %w", table, ErrInvalidName)
 	}
 	g := &Generation{db: db, table: table}
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(BucketMeta)
 		gens := tx.Bucket(BucketGenerations)
 		if meta == nil || gens == nil {
@@ -122,7 +122,7 @@ func (g *Generation) Write(fn func(r Rows) error) error {
 	defer g.arena.reset()
 	var fnErr error
 	var added int64 // rows the transaction added (deleted: negative)
-	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+	err := g.db.update(func(tx *bolt.Tx) error {
 		gb := g.bucket(tx)
 		if gb == nil {
 			return ErrGenerationGone
@@ -252,7 +252,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 	}()
 	capt := g.db.capture(CommitPublish, g.table)
 	var positions map[int32]int64 // after the commit, for the observer
-	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+	err := g.db.update(func(tx *bolt.Tx) error {
 		capt.reset()
 		gb, rows, err := g.rowsBucket(tx)
 		if err != nil {
@@ -381,7 +381,7 @@ func (g *Generation) Abort() error {
 	if g.done {
 		return nil
 	}
-	err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+	err := g.db.update(func(tx *bolt.Tx) error {
 		// Never delete a generation a table points at, whatever happened.
 		if tables := tx.Bucket(BucketTables); tables != nil {
 			if v := tables.Get([]byte(g.table)); v != nil {

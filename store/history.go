@@ -301,7 +301,7 @@ func (db *DB) DropKept(table string) (int, error) {
 		return 0, fmt.Errorf("drop the kept generations of table %q in %s: %w", table, db.path, ErrReadOnly)
 	}
 	var n int
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		var err error
 		n, err = DropKept(tx, table)
 		return err
@@ -347,7 +347,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 	}
 	capt := db.capture(CommitRollback, table)
 	var positions map[int32]int64 // after the commit, for the observer
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		capt.reset()
 		cur, kept, err := db.lookupHistory(tx, table)
 		if err != nil {

@@ -330,7 +330,7 @@ func retire(tx *bolt.Tx, gen uint64) error {
 // retired it and no table points at it).
 func (db *DB) dropRetired(gen uint64) error {
 	err := guard(db.path, func() error {
-		return db.bolt.Update(func(tx *bolt.Tx) error {
+		return db.update(func(tx *bolt.Tx) error {
 			gb := genBucket(tx, gen)
 			if gb == nil || !bytes.Equal(gb.Get(KeyGenerationState), []byte(StateRetired)) {
 				return nil

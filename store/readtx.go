@@ -39,6 +39,8 @@ func (r *readTxs) end(id uint64) {
 // boltView is bolt's View, tracked; every read transaction of this package
 // goes through it.
 func (db *DB) boltView(fn func(tx *bolt.Tx) error) error {
+	db.swap.RLock()
+	defer db.swap.RUnlock()
 	id := db.readTxs.begin()
 	defer db.readTxs.end(id)
 	return db.bolt.View(fn)
@@ -77,6 +79,6 @@ func (db *DB) FileStats() (FileStats, error) {
 	if err != nil {
 		return FileStats{}, err
 	}
-	st := db.bolt.Stats()
+	st := db.handle().Stats()
 	return FileStats{Size: fi.Size(), FreePages: st.FreePageN, PendingPages: st.PendingPageN, OpenReadTxs: st.OpenTxN}, nil
 }

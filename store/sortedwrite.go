@@ -145,7 +145,7 @@ func (g *Generation) putBlocks(ctx context.Context, full <-chan *rowBlock, free 
 		if err := g.acquire(ctx); err != nil {
 			return fmt.Errorf("merge generation %d of table %q: %w", g.id, g.table, err)
 		}
-		err := g.db.bolt.Update(func(tx *bolt.Tx) error {
+		err := g.db.update(func(tx *bolt.Tx) error {
 			gb, rows, err := g.rowsBucket(tx)
 			if err != nil {
 				return err
