@@ -99,7 +99,7 @@ func BenchmarkApplyIntoEmpty(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		err = db.bolt.View(func(tx *bolt.Tx) error {
+		err = db.handle().View(func(tx *bolt.Tx) error {
 			rb := tx.Bucket(BucketGenerations).Bucket(GenerationKey(g.ID())).Bucket(BucketRows)
 			pages = rb.Stats().LeafPageN
 			return nil

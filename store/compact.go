@@ -64,7 +64,7 @@ func Compact(path string, opts *Options) (res CompactResult, err error) {
 	if err := tmp.Close(); err != nil {
 		return res, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
 	}
-	if err := compactInto(db.bolt, tmpPath); err != nil {
+	if err := compactInto(db.handle(), tmpPath); err != nil {
 		return res, fmt.Errorf("compact %s into %s: %w", path, tmpPath, err)
 	}
 	nfi, err := os.Stat(tmpPath)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -73,23 +74,22 @@ type Options struct {
 // DB is one open kmaterialize file. Its methods are safe for concurrent use;
 // bbolt allows one write transaction at a time and any number of readers.
 type DB struct {
-	bolt  *bolt.DB      // replaced by CompactOnline under swap
-	bopts *bolt.Options // what bolt was opened with (CompactOnline opens the new file so)
-	// gate and swap: see online.go.
-	gate, swap sync.RWMutex
-	compactMu  sync.Mutex // one CompactOnline at a time
-	path       string
-	readOnly   bool
-	cleaned    int
-	files      int        // leftover run and compaction files a read-write Open removed
-	runsMu     sync.Mutex // run files: creating RunsDir vs removing it (runfile.go)
-	version    uint64     // the file's format version when opened
-	migrated   uint64     // the version a read-write Open migrated from; 0 if none
-	holder     *Holder
-	readTxs    readTxs   // read transactions this package opened (readtx.go)
-	pins       pinSet    // generations pinned by Pagers (pager.go)
-	notify     notifier  // wakes the waiters of a table that changed (notify.go)
-	observe    observing // the change feed's observer of commits (observe.go)
+	cur       atomic.Pointer[boltHandle] // the open bbolt file; replaced by CompactOnline (online.go)
+	bopts     *bolt.Options              // what it was opened with (CompactOnline opens the new file so)
+	gate      sync.RWMutex               // write transactions shared, CompactOnline exclusive (online.go)
+	compactMu sync.Mutex                 // one CompactOnline at a time
+	path      string
+	readOnly  bool
+	cleaned   int
+	files     int        // leftover run and compaction files a read-write Open removed
+	runsMu    sync.Mutex // run files: creating RunsDir vs removing it (runfile.go)
+	version   uint64     // the file's format version when opened
+	migrated  uint64     // the version a read-write Open migrated from; 0 if none
+	holder    *Holder
+	readTxs   readTxs   // read transactions this package opened (readtx.go)
+	pins      pinSet    // generations pinned by Pagers (pager.go)
+	notify    notifier  // wakes the waiters of a table that changed (notify.go)
+	observe   observing // the change feed's observer of commits (observe.go)
 }
 
 // reopenLimit bounds how often Open starts again because the path was
@@ -214,7 +214,8 @@ func open(path string, o Options, timeout time.Duration) (_ *DB, again bool, _ e
 		return nil, true, nil
 	}
 
-	db := &DB{bolt: bdb, bopts: bopts, path: path, readOnly: o.ReadOnly}
+	db := &DB{bopts: bopts, path: path, readOnly: o.ReadOnly}
+	db.cur.Store(&boltHandle{b: bdb})
 	switch {
 	case o.pageWalk:
 	case o.ReadOnly:
@@ -419,9 +420,10 @@ func (db *DB) Close() error {
 		db.holder = nil
 	}
 	db.closeNotify()
-	db.swap.Lock()
-	defer db.swap.Unlock()
-	if err := db.bolt.Close(); err != nil {
+	h := db.cur.Load()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.b.Close(); err != nil {
 		return fmt.Errorf("close database %s: %w", db.path, err)
 	}
 	if herr != nil {

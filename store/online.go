@@ -4,60 +4,77 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // Compaction under an open DB (the daemon's POST /v1/compact): the file is
-// rewritten without its free pages while the DB stays open, in two steps
-// with two locks every transaction of this package takes shared:
+// rewritten without its free pages while the DB stays open.
 //
-//   - gate, taken by every write transaction: CompactOnline holds it
-//     exclusively while it copies the file into a new one beside it
-//     (bbolt's Compact, read transactions of the old file), so that
-//     nothing commits to the old file meanwhile. Writers wait (they are
-//     paused, not failed); readers go on reading the old file.
-//   - swap, taken by every transaction: CompactOnline holds it exclusively
-//     only to rename the new file over the path and put its bbolt handle
-//     in place of the old one. Readers wait for that, milliseconds, and
-//     never fail.
+//   - gate, taken shared by every write transaction: CompactOnline holds
+//     it exclusively while it copies the file into a new one beside it
+//     (bbolt's Compact, read transactions of the old file) and swaps the
+//     new one in, so that nothing commits to the old file meanwhile.
+//     Writers wait (they are paused, not failed).
+//   - Readers never wait: every transaction takes the current bbolt handle
+//     (acquire: its own lock, shared). CompactOnline opens (and locks) the
+//     new file, renames it over the path, makes it the current handle, and
+//     only then waits for the transactions still open on the old handle,
+//     which read the same state from the old file (its inode lives while
+//     it is open), before closing it. A transaction that began on the old
+//     handle just as it was replaced takes the new one instead.
 //
-// The new file is opened (and locked) before the rename, so that no other
-// process can take the path's lock in between; one that was waiting for the
-// old file's lock notices the rename when it gets it (Open starts again).
-//
-// No transaction of this package runs inside another (a write inside a
-// read, a read inside a write): a shared lock taken twice by one goroutine
-// would deadlock behind a waiting CompactOnline.
+// The new file is opened before the rename, so that no other process can
+// take the path's lock in between; one that was waiting for the old
+// file's lock notices the rename when it gets it (Open starts again).
 
-// update is bolt's Update under gate and swap.
+// boltHandle is one open bbolt file of the DB: its transactions hold mu
+// shared; it is closed under mu exclusively, once it is no longer current.
+type boltHandle struct {
+	b  *bolt.DB
+	mu sync.RWMutex
+}
+
+// acquire returns the current handle, held: release it with
+// h.mu.RUnlock() once the transaction is over.
+func (db *DB) acquire() *boltHandle {
+	for {
+		h := db.cur.Load()
+		h.mu.RLock()
+		if db.cur.Load() == h {
+			return h
+		}
+		h.mu.RUnlock() // replaced meanwhile: take the new one
+	}
+}
+
+// update is bolt's Update under gate, on the current handle.
 func (db *DB) update(fn func(tx *bolt.Tx) error) error {
 	db.gate.RLock()
 	defer db.gate.RUnlock()
-	db.swap.RLock()
-	defer db.swap.RUnlock()
-	return db.bolt.Update(fn)
+	h := db.acquire()
+	defer h.mu.RUnlock()
+	return h.b.Update(fn)
 }
 
-// handle is the bbolt handle, read under swap (outside a transaction).
-func (db *DB) handle() *bolt.DB {
-	db.swap.RLock()
-	defer db.swap.RUnlock()
-	return db.bolt
-}
+// handle is the current bbolt handle, for what is not a transaction
+// (Stats, Info).
+func (db *DB) handle() *bolt.DB { return db.cur.Load().b }
 
 // OnlineCompactResult is what CompactOnline did and how long its steps
 // took: Paused is how long writers waited (the copy and the swap), Swap
-// how long readers did.
+// how long the rename and the switch of handles took (nothing waits for it
+// but the writers).
 type OnlineCompactResult struct {
-	Before, After int64 // file sizes in bytes
-	Paused, Swap  time.Duration
+	Before, After int64         // file sizes in bytes
+	Paused, Swap  time.Duration // Swap: the rename and the handle's switch; no reader waits for it
 }
 
 // CompactOnline rewrites the open database's file without its free pages,
-// as Compact does, while the DB serves: writers pause for the copy,
-// readers only for the swap (see above). Before the rename any failure
+// as Compact does, while the DB serves: writers pause for the copy and
+// the swap, readers never (see above). Before the rename any failure
 // leaves the file as it was and removes the new one; after it, the DB
 // reads and writes the compacted file.
 func (db *DB) CompactOnline() (res OnlineCompactResult, err error) {
@@ -102,15 +119,16 @@ func (db *DB) CompactOnline() (res OnlineCompactResult, err error) {
 		return res, fmt.Errorf("compact %s: %s: %w", db.path, tmpPath, err)
 	}
 	// The old file's read transactions, beside the readers'.
-	if err := guard(db.path, func() error { return compactInto(db.bolt, tmpPath) }); err != nil {
+	src := db.cur.Load()
+	if err := guard(db.path, func() error { return compactInto(src.b, tmpPath) }); err != nil {
 		return res, fmt.Errorf("compact %s into %s: %w", db.path, tmpPath, err)
+	}
+	if nfi, err := os.Stat(tmpPath); err == nil {
+		res.After = nfi.Size()
 	}
 	opts := *db.bopts
 	opts.OpenFile, opts.PreLoadFreelist = nil, false
 	opts.Timeout = time.Second // nobody else has this file
-	if nfi, err := os.Stat(tmpPath); err == nil {
-		res.After = nfi.Size()
-	}
 	if err := guard(tmpPath, func() error {
 		var err error
 		next, err = bolt.Open(tmpPath, 0o600, &opts)
@@ -119,24 +137,24 @@ func (db *DB) CompactOnline() (res OnlineCompactResult, err error) {
 		return res, fmt.Errorf("compact %s: open the compacted file %s: %w", db.path, tmpPath, err)
 	}
 
-	db.swap.Lock()
 	swapped := time.Now()
 	if err := os.Rename(tmpPath, db.path); err != nil {
-		db.swap.Unlock()
 		return res, fmt.Errorf("compact %s: rename %s over it: %w", db.path, tmpPath, err)
 	}
 	renamed = true
-	old := db.bolt
-	db.bolt = next
-	db.swap.Unlock()
+	old := db.cur.Swap(&boltHandle{b: next})
 	res.Swap = time.Since(swapped)
-	// No transaction of the old handle is open (swap was held), and it
-	// is no longer reachable.
-	if err := old.Close(); err != nil {
-		return res, fmt.Errorf("compact %s: close the file it replaced: %w", db.path, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return res, fmt.Errorf("compact %s: the compacted file is in place, but syncing directory %s failed: %w", db.path, dir, err)
+	serr := syncDir(dir)
+	// The old handle: closed once the transactions still open on it are
+	// over (nothing reaches it after its last one).
+	old.mu.Lock()
+	cerr := old.b.Close()
+	old.mu.Unlock()
+	switch {
+	case serr != nil:
+		return res, fmt.Errorf("compact %s: the compacted file is in place, but syncing directory %s failed: %w", db.path, dir, serr)
+	case cerr != nil:
+		return res, fmt.Errorf("compact %s: the compacted file is in place, but closing the one it replaced failed: %w", db.path, cerr)
 	}
 	return res, nil
 }

@@ -39,11 +39,11 @@ func (r *readTxs) end(id uint64) {
 // boltView is bolt's View, tracked; every read transaction of this package
 // goes through it.
 func (db *DB) boltView(fn func(tx *bolt.Tx) error) error {
-	db.swap.RLock()
-	defer db.swap.RUnlock()
+	h := db.acquire()
+	defer h.mu.RUnlock()
 	id := db.readTxs.begin()
 	defer db.readTxs.end(id)
-	return db.bolt.View(fn)
+	return h.b.View(fn)
 }
 
 // OldestReadTx reports when the oldest read transaction this package has
