@@ -33,12 +33,13 @@ const (
 	// CodeTableBuildFailed: a read of a table whose first build failed
 	// (503, with ErrorBody's Reason, ExitCode, NextRetry and Attempts).
 	CodeTableBuildFailed = "table_build_failed"
-	CodeRunPublishing    = "run_publishing" // 409: a cancel of a run past its replay
-	CodeNoRun            = "no_run"         // 404: a cancel with nothing queued or going
-	CodeSpoolFull        = "spool_full"     // a spooled answer would pass spool_max_bytes
-	CodeBusy             = "busy"           // max_heavy_requests are running
-	CodeBackupRunning    = "backup_running" // 409: GET /v1/backup while another is taken
-	CodeNoSpace          = "no_space"       // 507: a backup would not fit on the database's file system
+	CodeRunPublishing    = "run_publishing"  // 409: a cancel of a run past its replay
+	CodeNoRun            = "no_run"          // 404: a cancel with nothing queued or going
+	CodeSpoolFull        = "spool_full"      // a spooled answer would pass spool_max_bytes
+	CodeBusy             = "busy"            // max_heavy_requests are running
+	CodeBackupRunning    = "backup_running"  // 409: GET /v1/backup while another is taken
+	CodeCompactRunning   = "compact_running" // 409: a backup or compaction while the database is compacted
+	CodeNoSpace          = "no_space"        // 507: a backup would not fit on the database's file system
 	// CodeBadPositions: a min_positions that does not parse, or names a
 	// partition the table does not have (400).
 	CodeBadPositions = "bad_positions"

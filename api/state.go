@@ -10,4 +10,8 @@ const (
 	StateFailed     = "failed"     // the last run failed, or following stopped; the previous generation (if any) is served
 	StateFollowing  = "following"  // published, its follower applying what the topic gains
 	StateReady      = "ready"      // published, its last run succeeded
+	// StateCompacting: published and served while the daemon compacts
+	// the database (POST /v1/compact): its writes (runs, follower,
+	// updates) wait until the compacted file is in place.
+	StateCompacting = "compacting"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,4 +55,24 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 		return info, fmt.Errorf("GET %s: %w: received %d bytes with SHA-256 %s, sent %d bytes with %s", path, ErrBackupDigest, n, got, info.Bytes, info.SHA256)
 	}
 	return info, nil
+}
+
+// CompactResult is what a compaction under the daemon did.
+type CompactResult = api.CompactResult
+
+// Compact has the daemon rewrite its database file without its free pages
+// while it serves (POST /v1/compact) and returns once the compacted file
+// is in place. A backup or another compaction running is an *Error of
+// CodeBackupRunning or CodeCompactRunning.
+func (c *Client) Compact(ctx context.Context) (CompactResult, error) {
+	var res CompactResult
+	resp, err := c.do(ctx, http.MethodPost, "/v1/compact", nil)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return res, fmt.Errorf("POST /v1/compact: %w", err)
+	}
+	return res, nil
 }

@@ -42,6 +42,7 @@ const (
 	CodeSpoolFull          = api.CodeSpoolFull        // a spooled answer would pass spool_max_bytes
 	CodeBusy               = api.CodeBusy             // max_heavy_requests are running
 	CodeBackupRunning      = api.CodeBackupRunning    // 409: a backup is being taken already
+	CodeCompactRunning     = api.CodeCompactRunning   // 409: the daemon compacts the database
 	CodeNoSpace            = api.CodeNoSpace          // 507: a backup the database's file system cannot hold
 	// Read-your-writes (GetOptions): a bad min_positions or wait (400),
 	// positions not reached within the wait (409: a

@@ -22,7 +22,8 @@ import (
 // database at disk speed, then sent from the file at the client's pace: a
 // slow client never holds the read transaction, which makes every commit
 // that must grow the file wait (store/pager.go). One backup runs at a
-// time (409 backup_running for another); one that would not fit on the
+// time, and not beside a compaction (409 backup_running or
+// compact_running: maintain.go); one that would not fit on the
 // database's file system is 507 no_space before it starts. The spool file
 // is unlinked as soon as it is created: it takes space only while the
 // backup is written and sent, and a killed daemon leaves nothing behind.
@@ -40,11 +41,11 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	if db == nil {
 		return
 	}
-	if !s.backupRunning.CompareAndSwap(false, true) {
-		writeError(w, http.StatusConflict, api.CodeBackupRunning, "a backup of the database is being taken already: try again once it is sent")
+	release, ok := s.maintain(w, maintBackup)
+	if !ok {
 		return
 	}
-	defer s.backupRunning.Store(false)
+	defer release()
 	start := time.Now()
 	f, info, err := s.spoolBackup(db)
 	if err != nil {

@@ -39,6 +39,7 @@
 //	                                     {"key","value"} (null: deleted) per change, {"commit": {"positions","generation","cursor"}}
 //	                                     after each commit's, {"heartbeat": ...} without commits, {"error": {"code","message"}} at its end
 //	GET  /v1/backup                      the whole database file, one read transaction's copy (backup.go); admin on TCP
+//	POST /v1/compact                     the file rewritten without its free pages under the daemon: 200 {"before","after","paused_ms","swap_ms"} (maintain.go)
 //	GET  /v1/openapi.json                the OpenAPI document (api/openapi.json)
 //	GET  /healthz, /readyz, /metrics
 //

@@ -26,7 +26,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rt := api.ReadyTable{Name: n, State: t.State}
-		if fv, followed := s.followInfo(n); followed && t.Generation != 0 {
+		// While the file is compacted a follower waits, and its lag
+		// says nothing of the table: it is ready if published.
+		if fv, followed := s.followInfo(n); followed && t.Generation != 0 && s.maintaining() != maintCompact {
 			if why := fv.notReady(); why != "" {
 				rt.Reason = why
 				notReady = append(notReady, rt)

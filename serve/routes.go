@@ -50,6 +50,7 @@ var routes = []route{
 	{"GET", "/readyz", accessPublic, (*Server).readyz},
 	{"GET", "/v1/status", accessRead, (*Server).status},
 	{"GET", "/v1/backup", accessAdmin, (*Server).backup},
+	{"POST", "/v1/compact", accessAdmin, (*Server).compact},
 	{"GET", "/v1/openapi.json", accessRead, (*Server).openapi},
 	{"GET", "/metrics", accessMetrics, (*Server).serveMetrics},
 }

@@ -60,11 +60,13 @@ type Server struct {
 	follows  map[string]*followState // followed tables' followers (follow.go)
 	spool    *spooler                // spooled answers (spool.go)
 	heavy    chan struct{}           // a slot per heavy request running (heavy.go)
-	// backupRunning: a GET /v1/backup is being taken and sent (backup.go).
-	backupRunning atomic.Bool
-	epochs        epochs       // each table's epoch of its positions (positions.go)
-	feeds         *feed.Feeds  // the tables' change feeds (feed.go)
-	waiters       atomic.Int64 // reads waiting for min_positions (positions.go)
+	// maint is held by the backup or the compaction running (maintain.go);
+	// maintWhat says which.
+	maint     sync.Mutex
+	maintWhat atomic.Value // string
+	epochs    epochs       // each table's epoch of its positions (positions.go)
+	feeds     *feed.Feeds  // the tables' change feeds (feed.go)
+	waiters   atomic.Int64 // reads waiting for min_positions (positions.go)
 
 	// The run queue (queue.go), guarded by mu: runs waiting, oldest
 	// first, and how many go.

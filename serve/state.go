@@ -13,6 +13,7 @@ const (
 	StateFailed     = api.StateFailed
 	StateFollowing  = api.StateFollowing
 	StateReady      = api.StateReady
+	StateCompacting = api.StateCompacting
 )
 
 // stateInputs is what a table's state is computed from.
@@ -24,10 +25,13 @@ type stateInputs struct {
 	followed     bool       // configured with follow
 	following    bool       // its follower runs
 	followFailed bool       // its follower stopped with an error
+	compacting   bool       // the daemon compacts the database now
 }
 
 // tableState is the table's state; the first case that holds wins:
 //
+//  0. compacting: published while the daemon compacts the database (its
+//     writes wait);
 //  1. queued: a run of it waits in the queue;
 //  2. rebuilding: a run goes and a generation is published (and served);
 //  3. building: a run goes and nothing is published yet;
@@ -39,6 +43,8 @@ type stateInputs struct {
 //  7. empty: never published and nothing queued or going.
 func tableState(in stateInputs) string {
 	switch {
+	case in.compacting && in.published:
+		return StateCompacting
 	case in.active != nil && in.phase == phaseQueued:
 		return StateQueued
 	case in.active != nil && in.published:

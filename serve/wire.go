@@ -73,7 +73,7 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 	fv, followed := s.followInfo(table)
 	followFailed := followed && !fv.running && fv.err != nil
 	t.State = tableState(stateInputs{published: published, active: active, phase: phase, last: last,
-		followed: followed, following: fv.running, followFailed: followFailed})
+		followed: followed, following: fv.running, followFailed: followFailed, compacting: s.maintaining() == maintCompact})
 	t.Retry = retry
 	if last != nil && last.Err != nil {
 		t.LastError = &api.LastError{Error: last.Err.Error(), ExitCode: last.ExitCode, Run: last.ID, At: last.Ended}

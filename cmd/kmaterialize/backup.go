@@ -39,7 +39,7 @@ left it), and start the daemon again: followed tables go on from the
 copy's positions.
 
 Exit codes: 0 written; 2 for --out naming --db, or no --out; 7 when
-another backup is being taken through the daemon, or the database is busy;
+another backup or a compaction runs in the daemon, or the database is busy;
 1 for anything else (no space: the daemon needs the file's size and 64 MiB
 free beside it).
 
@@ -90,8 +90,8 @@ Examples:
 // backupFail maps the daemon's refusals of a backup to exit codes.
 func backupFail(d *daemon, err error) error {
 	var ce *client.Error
-	if errors.As(err, &ce) && ce.Code == client.CodeBackupRunning {
-		return &daemonError{msg: d.answered(ce.Message), err: err, code: exitBusy, hint: "try again once the other backup is written"}
+	if errors.As(err, &ce) && (ce.Code == client.CodeBackupRunning || ce.Code == client.CodeCompactRunning) {
+		return &daemonError{msg: d.answered(ce.Message), err: err, code: exitBusy, hint: "try again once it is over"}
 	}
 	return d.fail(err, "")
 }

@@ -129,3 +129,48 @@ func TestBackup(t *testing.T) {
 		t.Fatalf("restored and followed (-oracle +daemon):\n%s", diff)
 	}
 }
+
+// TestCompactThroughDaemon: compact --db of a file a daemon (a real
+// process) holds and follows goes through the daemon: exit 0, a smaller
+// file, the table equal to the oracle before and after, the follower going
+// on; the file passes check once the daemon stops.
+func TestCompactThroughDaemon(t *testing.T) {
+	topic := newTopic(t, 2)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	recs := produce(t, topic, genRecords(rng, []int32{0, 1}, 400))
+	r := newDaemonRig(t, topic, "    follow: true\n    follow_interval: 50ms\n")
+	p := r.start(t)
+	for i := 0; i < 3; i++ { // free pages: each rebuild frees the generation before
+		mustCLI(t, 0, "rebuild", "--db", r.db, "--table", r.table)
+	}
+	before := exportState(t, r.db, r.table)
+	res := mustCLI(t, 0, "compact", "--db", r.db)
+	var from, to int64
+	if _, err := fmt.Sscanf(res.stdout[strings.Index(res.stdout, ": ")+2:], "%d -> %d bytes", &from, &to); err != nil || !strings.Contains(res.stdout, "through the daemon") || to >= from {
+		t.Fatalf("compact through the daemon: %q (%v)", res.stdout, err)
+	}
+	if diff := cmp.Diff(before.Rows, exportState(t, r.db, r.table).Rows); diff != "" {
+		t.Fatalf("the table after the compaction (-before +after):\n%s", diff)
+	}
+	recs = append(recs, produce(t, topic, genRecords(rng, []int32{0, 1}, 100))...)
+	ends := map[int32]int64{}
+	for _, rc := range recs {
+		ends[rc.P] = max(ends[rc.P], rc.O+1)
+	}
+	var st tableState
+	waitFor(t, 60*time.Second, "the follower after the compaction", func() bool {
+		st = exportState(t, r.db, r.table)
+		return st.Partitions[0][3] == ends[0] && st.Partitions[1][3] == ends[1]
+	})
+	want, _, _ := oracle(recs, nil)
+	if diff := cmp.Diff(want, st.Rows); diff != "" {
+		t.Fatalf("followed after the compaction (-oracle +daemon):\n%s", diff)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("the daemon exited %d", code)
+	}
+	mustCLI(t, 0, "check", "--db", r.db)
+}
