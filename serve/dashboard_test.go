@@ -46,8 +46,10 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	})
 	// A rebuild besides the first build, once the first run has ended.
 	waitFor(t, "the first run to end", 60*time.Second, func() bool { return d.c.table(t, "live").Run == nil })
-	if r := d.c.do(t, "POST", "/v1/tables/live/rebuild?wait=1", nil); r.status != http.StatusOK {
-		t.Fatalf("POST rebuild?wait=1: %d %s", r.status, r.body)
+	r := d.c.do(t, "POST", "/v1/tables/live/rebuild?wait=1", nil)
+	var res rebuildResult
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &res) != nil || res.ExitCode != 0 || res.Error != nil {
+		t.Fatalf("POST rebuild?wait=1: %d %s, want 200 with exit_code 0", r.status, r.body)
 	}
 	// Records the follower applies.
 	more := records(2, 30, 12)
