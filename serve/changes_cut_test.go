@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,27 +39,13 @@ func TestChangesStuckWatcherCut(t *testing.T) {
 
 	// Rounds of 128 KiB until the stuck watcher is cut: far more than
 	// the sockets between the daemon and it hold.
-	big := strings.Repeat("x", 4<<10)
 	var want api.Positions
 	for round := 1; d.s.feeds.Watchers() == 2; round++ {
 		if round > 200 {
 			t.Fatalf("the stuck watcher still watches after %d rounds of 128 KiB", round-1)
 		}
-		recs := keyed(round, 32, 1, 50)
-		for i := range recs {
-			if recs[i].Value != nil {
-				recs[i].Value = append(recs[i].Value, big...)
-			}
-		}
-		p.write(t, topic, recs)
-		want = p.ends()
-		for {
-			st := fast.untilCommit(&cp)
-			checkCopy(t, "the reading watcher", cp, p.foldAt(st.Positions))
-			if reached, _ := st.Positions.Reached(want); reached {
-				break
-			}
-		}
+		want = writeBig(t, &p, topic, round)
+		fast.follow(t, "the reading watcher", &cp, &p, want)
 		if r := d.c.get(t, "/v1/tables/live/count"); r.status != http.StatusOK {
 			t.Fatalf("count while a watcher is stuck: %d", r.status)
 		}
@@ -97,12 +82,5 @@ func TestChangesStuckWatcherCut(t *testing.T) {
 	}
 	// The reading watcher goes on.
 	p.write(t, topic, keyed(999, 10, 1, 50))
-	want = p.ends()
-	for {
-		st := fast.untilCommit(&cp)
-		checkCopy(t, "the reading watcher after the cut", cp, p.foldAt(st.Positions))
-		if reached, _ := st.Positions.Reached(want); reached {
-			break
-		}
-	}
+	fast.follow(t, "the reading watcher after the cut", &cp, &p, p.ends())
 }

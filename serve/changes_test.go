@@ -466,24 +466,10 @@ func TestChangesSlowWatcher(t *testing.T) {
 	// 3 MiB of changes in some 24 commits (each round awaited): far more
 	// than the sockets between the daemon and the slow watcher hold, so
 	// that it is many commits behind when it reads again.
-	big := strings.Repeat("x", 4<<10)
 	var want api.Positions
 	for round := 1; round <= 24; round++ {
-		recs := keyed(round, 32, 1, 50)
-		for i := range recs {
-			if recs[i].Value != nil {
-				recs[i].Value = append(recs[i].Value, big...)
-			}
-		}
-		p.write(t, topic, recs)
-		want = p.ends()
-		for {
-			st := fast.untilCommit(&cp)
-			checkCopy(t, "the fast watcher", cp, p.foldAt(st.Positions))
-			if reached, _ := st.Positions.Reached(want); reached {
-				break
-			}
-		}
+		want = writeBig(t, &p, topic, round)
+		fast.follow(t, "the fast watcher", &cp, &p, want)
 	}
 	if r := d.c.get(t, "/v1/tables/live/count"); r.status != http.StatusOK {
 		t.Fatalf("count while a watcher is stuck: %d", r.status)
@@ -525,6 +511,34 @@ func TestChangesSlowWatcher(t *testing.T) {
 		checkCopy(t, "the resumed watcher", sc, p.foldAt(st.Positions))
 		if reached, _ := st.Positions.Reached(want); reached {
 			break
+		}
+	}
+}
+
+// writeBig writes round's 32 records of some 4 KiB each to topic's
+// partition 0 (keys of 50) and returns the positions after them.
+func writeBig(t *testing.T, p *produced, topic string, round int) api.Positions {
+	t.Helper()
+	big := strings.Repeat("x", 4<<10)
+	recs := keyed(round, 32, 1, 50)
+	for i := range recs {
+		if recs[i].Value != nil {
+			recs[i].Value = append(recs[i].Value, big...)
+		}
+	}
+	p.write(t, topic, recs)
+	return p.ends()
+}
+
+// follow applies fs's lines to cp until a commit reaches want, checking
+// cp against p's oracle at every commit.
+func (fs *feedStream) follow(t *testing.T, what string, cp *copyOf, p *produced, want api.Positions) {
+	t.Helper()
+	for {
+		st := fs.untilCommit(cp)
+		checkCopy(t, what, *cp, p.foldAt(st.Positions))
+		if reached, _ := st.Positions.Reached(want); reached {
+			return
 		}
 	}
 }
