@@ -26,14 +26,18 @@
 // # Null and empty keys
 //
 // Producers hash the serialized key bytes; a null key (no key at all, a nil
-// slice here) is never hashed. The Java producer and franz-go give keyless
+// slice here) is not a key. The Java producer and franz-go give keyless
 // records to their sticky partitioner (a random partition, kept for a
-// batch); librdkafka does the same for every partitioner but "random":
-// rd_kafka_msg_partitioner sends a NULL key to rd_kafka_msg_sticky_partition
-// before the configured partitioner is asked (its CONFIGURATION.md says the
-// plain "murmur2", "consistent" and "fnv1a" map NULL keys to a single
-// partition; the code does not). A null key therefore has no partition, and
-// [Partitioner.Partition] refuses it ([ErrNoPartition]).
+// batch); so do librdkafka's "_random" partitioners, the default among
+// them (rd_kafka_msg_partitioner sends a NULL key to
+// rd_kafka_msg_sticky_partition). librdkafka's plain "murmur2",
+// "consistent" and "fnv1a" are the exception: rd_kafka_topic.c marks them
+// so that the sticky partitioner is skipped, and the NULL key is hashed as
+// zero bytes, landing where the empty key lands ("NULL keys are mapped to
+// single partition", CONFIGURATION.md). Which one a producer used is not
+// in the record, so a null key has no partition here:
+// [Partitioner.Partition] refuses it ([ErrNoPartition]); a caller that
+// knows its producers use a plain setting asks for the empty key instead.
 //
 // An empty key (zero bytes, not null) is hashed by the Java producer,
 // franz-go and librdkafka's murmur2 and fnv1a partitioners like any other
@@ -43,4 +47,6 @@
 // "consistent" puts it on partition 0 (the CRC-32 of nothing is 0). The
 // two cannot be told apart from the records, so [Consistent] refuses an
 // empty key too ([ErrNoPartition]).
+//
+// producers_test.go checks all of this against the producers themselves.
 package partition

@@ -85,7 +85,7 @@ func (p Partitioner) Partition(key []byte, partitions int32) (int32, error) {
 		return 0, fmt.Errorf("%w: %d", ErrBadPartitionCount, partitions)
 	}
 	if key == nil {
-		return 0, fmt.Errorf("%w: a null key is never hashed (producers spread keyless records over the partitions)", ErrNoPartition)
+		return 0, fmt.Errorf("%w: a null key is not hashed by the producers' defaults, which spread keyless records (librdkafka's plain murmur2, consistent and fnv1a put it where the empty key goes)", ErrNoPartition)
 	}
 	n := uint32(partitions)
 	switch p {

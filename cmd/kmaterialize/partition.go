@@ -28,9 +28,9 @@ Partitioners (see docs/shards.md):
   consistent   CRC-32: librdkafka's default (consistent_random)
   fnv1a        librdkafka's fnv1a_random (Sarama's default hash)
 librdkafka's names murmur2_random, consistent_random and fnv1a_random are
-accepted too. A null key has no partition (producers spread keyless
-records); an empty key has none under consistent (consistent_random spreads
-it): exit 2, as for an unknown partitioner or a partition count below 1.
+accepted too. An empty key ("") has no partition under consistent
+(consistent_random spreads it): exit 2, as for an unknown partitioner or a
+partition count below 1.
 
 Examples:
   $ kmaterialize partition --partitioner murmur2 --partitions 12 acct-1 acct-2
