@@ -98,6 +98,7 @@ Try: kmaterialize demo (and kmaterialize help COMMAND)`,
 			rollbackCommand(),
 			diffCommand(),
 			watchCommand(),
+			partitionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // exit codes are mapped below
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmaterialize/kmaterialize/partition"
+	"github.com/kmaterialize/kmaterialize/replay"
+)
+
+func partitionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "partition",
+		Usage:     "print the partition a producer's partitioner writes each key to",
+		UsageText: "kmaterialize partition --partitioner NAME (--partitions N | --brokers HOST:PORT --topic TOPIC) [--base64] KEY...",
+		Description: `Prints "KEY<TAB>PARTITION" for each KEY: the partition a producer using
+--partitioner writes a record with that key to, computed as the producer
+computes it from the key's bytes (the argument's UTF-8 bytes, or its base64
+decoding with --base64, printed as given). Nothing is written or read but,
+with --topic, the topic's metadata for its partition count.
+
+Partitioners (see docs/shards.md):
+  murmur2      Kafka's Java producer, franz-go, librdkafka's murmur2_random
+  consistent   CRC-32: librdkafka's default (consistent_random)
+  fnv1a        librdkafka's fnv1a_random (Sarama's default hash)
+librdkafka's names murmur2_random, consistent_random and fnv1a_random are
+accepted too. An empty key ("") has no partition under consistent
+(consistent_random spreads it): exit 2, as for an unknown partitioner or a
+partition count below 1.
+
+Examples:
+  $ kmaterialize partition --partitioner murmur2 --partitions 12 acct-1 acct-2
+  $ kmaterialize partition --partitioner consistent --brokers localhost:9092 --topic account-balances acct-1
+  $ kmaterialize partition --partitioner fnv1a --partitions 6 --base64 AAEC/w==`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "partitioner", Usage: "the producers' `NAME`: " + partition.Names(), Required: true},
+			&cli.IntFlag{Name: "partitions", Usage: "the topic's partition count `N`", DefaultText: "none"},
+			brokersFlag(),
+			&cli.StringFlag{Name: "topic", Aliases: []string{"t"}, Usage: "read the partition count of Kafka `TOPIC` (instead of --partitions)"},
+			propsFlag(), stallFlag(),
+			&cli.BoolFlag{Name: "base64", Usage: "the KEYs are base64 (standard, padded)"},
+		},
+		Action: func(c *cli.Context) error {
+			o, err := partitionOptionsOf(c)
+			if err != nil {
+				return err
+			}
+			if o.topic != "" {
+				if o.partitions, err = topicPartitions(c, o.topic); err != nil {
+					return err
+				}
+			}
+			return o.run(c)
+		},
+	}
+}
+
+// partitionOptions are partition's flags and arguments, validated.
+type partitionOptions struct {
+	p          partition.Partitioner
+	partitions int32 // 0 until read from topic's metadata
+	topic      string
+	args       []string // as given, printed
+	keys       [][]byte // the bytes hashed
+}
+
+func partitionOptionsOf(c *cli.Context) (partitionOptions, error) {
+	var o partitionOptions
+	var err error
+	if o.p, err = partition.Parse(c.String("partitioner")); err != nil {
+		return o, &usageError{msg: "--partitioner: " + err.Error(), hint: "--partitioner murmur2 (Java and franz-go producers) or consistent (librdkafka's default)"}
+	}
+	o.topic = c.String("topic")
+	switch {
+	case o.topic != "" && c.IsSet("partitions"):
+		return o, &usageError{msg: "--partitions and --topic both given", hint: "--partitions N, or --brokers HOST:PORT --topic TOPIC to read N from the topic"}
+	case o.topic == "" && !c.IsSet("partitions"):
+		return o, &usageError{msg: "--partitions or --topic is required", hint: "kmaterialize partition --partitioner murmur2 --partitions 12 KEY"}
+	case o.topic == "":
+		n := c.Int("partitions")
+		if n < 1 || n > math.MaxInt32 {
+			return o, usageErrorf("--partitions %d: %v", n, partition.ErrBadPartitionCount)
+		}
+		o.partitions = int32(n)
+	}
+	o.args = c.Args().Slice()
+	if len(o.args) == 0 {
+		return o, &usageError{msg: "no KEY given", hint: "kmaterialize partition --partitioner murmur2 --partitions 12 acct-1"}
+	}
+	for _, a := range o.args {
+		k := []byte(a)
+		if c.Bool("base64") {
+			if k, err = base64.StdEncoding.DecodeString(a); err != nil {
+				return o, usageErrorf("key %q is not base64: %v", a, err)
+			}
+		}
+		o.keys = append(o.keys, k)
+	}
+	return o, nil
+}
+
+// topicPartitions is topic's partition count from its metadata.
+func topicPartitions(c *cli.Context, topic string) (int32, error) {
+	stall, err := stallTimeout(c)
+	if err != nil {
+		return 0, err
+	}
+	k, err := parseKafka(c)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkProps(k.brokers, k.props, replay.ConsumerClient); err != nil {
+		return 0, err
+	}
+	plan, err := replay.Inspect(c.Context, replay.Config{Brokers: k.brokers, Topic: topic, Props: k.props, StallTimeout: stall, Log: k.log})
+	if err != nil {
+		return 0, err
+	}
+	return int32(len(plan.Partitions)), nil
+}
+
+// run computes every key's partition before printing any, so that a
+// refused key prints nothing.
+func (o partitionOptions) run(c *cli.Context) error {
+	var b strings.Builder
+	for i, k := range o.keys {
+		p, err := o.p.Partition(k, o.partitions)
+		if err != nil {
+			return &usageError{msg: fmt.Sprintf("key %q: %v", o.args[i], err), hint: "kmaterialize partition --help (docs/shards.md: null and empty keys)"}
+		}
+		fmt.Fprintf(&b, "%s\t%d\n", o.args[i], p)
+	}
+	_, err := fmt.Fprint(stdoutOf(c), b.String())
+	return err
+}
