@@ -235,7 +235,6 @@ func (f *Feeds) Close() {
 		l.close(ErrClosed)
 		f.forget(l)
 	}
-	clear(f.tables)
 }
 
 // forget takes what the closed log l retained off the totals.
@@ -319,7 +318,11 @@ func (f *Feeds) shrink(by func(*log) int64, n func(*log) int) bool {
 	}
 	big.mu.Lock()
 	defer big.mu.Unlock()
-	mem, disk := big.drop(n(big))
+	drop := n(big)
+	if drop == 0 {
+		return false
+	}
+	mem, disk := big.drop(drop)
 	f.total -= mem
 	f.spooled -= disk
 	return true

@@ -10,8 +10,8 @@ import (
 // that captures the changes (the change feed's cost at a publish: issue 23
 // asks for at most 1.5x): in memory (with-memory), or spooled to a file
 // (with-spool, what the daemon does past its memory threshold). Only the
-// Publish is timed, and with the spool the observer's reading it back is
-// not (a watcher does that after the commit).
+// Publish is timed, the observer's call included: with the spool, it
+// removes the file at once (a watcher would read it after the commit).
 func BenchmarkPublishCapture(b *testing.B) {
 	const rows, batch = 200_000, 20_000
 	for _, tc := range []struct {
