@@ -271,3 +271,34 @@ func TestSpooledWatcherMidStream(t *testing.T) {
 		t.Fatal("a spool file outlived its feed's close and its watchers")
 	}
 }
+
+// TestSpooledSlowWatcher: a watcher falls behind by the bytes of the
+// spooled changes after it, though they take no memory: past SlowBytes of
+// them it is cut off, while the feeds' memory stays at the commits' fixed
+// cost.
+func TestSpooledSlowWatcher(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	h := makeHistory(rng, 5, 40, 1)
+	const size = 1000
+	spooled(t, h, t.TempDir(), size)
+	f := New(Config{RetainFor: time.Hour, SlowBytes: 5 * size / 2})
+	f.Start("t", h.start)
+	w, err := f.Watch("t", h.start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f.Append("t", h.commits[0])
+	if _, ok, _, err := w.Next(context.Background(), 0); err != nil || !ok {
+		t.Fatalf("the first commit: %v, %v", ok, err)
+	}
+	for _, c := range h.commits[1:] {
+		f.Append("t", c)
+	}
+	if f.total > 5*200 {
+		t.Fatalf("the feeds hold %d bytes in memory for 5 spooled commits", f.total)
+	}
+	if _, _, _, err := w.Next(context.Background(), 0); !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("a watcher 3 spooled commits (%d bytes) behind, SlowBytes %d: %v, want ErrTooSlow", 3*size, 5*size/2, err)
+	}
+}
