@@ -39,7 +39,7 @@ func feedSpoolFiles(t *testing.T, dbPath string) []string {
 // commit its copy is the oracle fold of the generation published. A
 // second watcher from before the rebuild, once its spool file is cut
 // short, gets an error line (internal), and the daemon logs the table and
-// the file. A restart removes the spool files of the previous run.
+// the file. After a shutdown and a restart no spool file is left.
 func TestChangesSpooledRebuild(t *testing.T) {
 	topic := unique(t, "topic")
 	broker.TestTopic(t, topic, 2, nil)
@@ -110,8 +110,8 @@ func TestChangesSpooledRebuild(t *testing.T) {
 		t.Fatal("no spool file after the rollback: its changes went through memory")
 	}
 
-	// A restart of the daemon removes them (a new epoch: no cursor names
-	// them).
+	// A shutdown lets them go (and a start would remove any left: a
+	// new epoch, no cursor names them).
 	fs.cancel()
 	d.stop(t)
 	d = start(t, cfg)

@@ -214,8 +214,8 @@ func (c *capture) add(n int) bool {
 }
 
 // spill moves the changes captured in memory to a new spool file, where
-// the later ones go. False if the file could not be made or written:
-// the commit is then handed over incomplete, never failed for its feed.
+// the later ones go. False if the file could not be made: the commit is
+// then handed over incomplete, never failed for its feed.
 func (c *capture) spill() bool {
 	sp, err := newSpoolWriter(c.dir)
 	if err != nil {
@@ -224,20 +224,17 @@ func (c *capture) spill() bool {
 	c.sp = sp
 	for _, chunk := range c.chunks {
 		for _, ch := range chunk {
-			if err := sp.write(ch.Key, ch.Value, ch.Deleted); err != nil {
-				return false
-			}
+			sp.write(ch.Key, ch.Value, ch.Deleted)
 		}
 	}
 	c.chunks, c.n, c.slab = nil, 0, nil
 	return true
 }
 
-// spool writes one change to the file; a write error drops the capture.
+// spool writes one change to the file. A write error shows at the end
+// (spoolWriter.finish): the commit is then handed over incomplete.
 func (c *capture) spool(key, value []byte, deleted bool) {
-	if err := c.sp.write(key, value, deleted); err != nil {
-		c.drop()
-	}
+	c.sp.write(key, value, deleted)
 }
 
 // drop forgets the changes: the capture is over.

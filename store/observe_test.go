@@ -377,3 +377,33 @@ func TestObserverSpool(t *testing.T) {
 		t.Fatalf("the spool file a closed DB left: %v, want it removed by Open", err)
 	}
 }
+
+// TestObserverSpoolUnwritable: a spool file that cannot be made (FeedDir
+// is a regular file) never fails the publish: its commit is handed over
+// incomplete, and the file in FeedDir's place is left alone.
+func TestObserverSpoolUnwritable(t *testing.T) {
+	db := openTemp(t)
+	if err := os.WriteFile(FeedDir(db.Path()), []byte("not ours"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var got []Commit
+	db.SetObserver(func(c Commit) { got = append(got, c) }, func(CommitKind, string) CaptureBound { return CaptureBound{Spool: 1 << 20} })
+	g, err := db.Begin("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := oracle{}
+	writeOps(t, g, o, randomOps(t, uint64(time.Now().UnixNano()), 200), 100)
+	if err := g.Publish(TableMeta{}, nil); err != nil {
+		t.Fatalf("a publish whose spool cannot be made: %v", err)
+	}
+	if len(got) != 1 || got[0].Complete || got[0].Spool != nil {
+		t.Fatalf("a publish whose spool cannot be made handed over %+v", got)
+	}
+	if _, rows := scanAll(t, db, "t"); !maps.Equal(rows, o) {
+		t.Fatal("the table is not the oracle's")
+	}
+	if b, err := os.ReadFile(FeedDir(db.Path())); err != nil || string(b) != "not ours" {
+		t.Fatalf("the file in FeedDir's place: %q, %v", b, err)
+	}
+}

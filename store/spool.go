@@ -213,8 +213,13 @@ func appendFrame(b []byte, key, value []byte, deleted bool) []byte {
 	return append(b, value...)
 }
 
-// spoolWriter writes one commit's changes to a new file in dir, buffered:
-// the file is written in spoolWriteBuffer chunks, sequentially.
+// spoolWriter writes one commit's changes to a new file in dir, buffered
+// and sequential: the capture encodes frames into a buffer, and a goroutine
+// of the writer's (ended by finish or discard, one of which its owner
+// always calls) writes each full buffer to the file while the next fills,
+// so that the walk of a publish does not wait for the write system calls.
+// At most spoolBuffers buffers exist: a walk faster than the writes waits
+// for a free one.
 //
 // Nothing is synced: the spool is not durable state. It is read only by
 // this process, through the page cache, which has what was written
@@ -226,13 +231,24 @@ type spoolWriter struct {
 	f     *os.File
 	buf   []byte
 	count int64
-	size  int64 // bytes written to f and buffered
+	size  int64 // bytes encoded
+
+	full    chan []byte // to the goroutine; closed by stop
+	free    chan []byte // back from it
+	done    chan error  // its first write error (or nil), once full is closed
+	err     error       // set by stop
+	stopped bool
 }
 
-// spoolWriteBuffer is how much a spoolWriter gathers before a write.
-const spoolWriteBuffer = 1 << 20
+// spoolWriteBuffer is how much a spoolWriter gathers before a write;
+// spoolBuffers how many such buffers it has.
+const (
+	spoolWriteBuffer = 1 << 20
+	spoolBuffers     = 3
+)
 
-// newSpoolWriter creates a spool file in dir, and dir if it is missing.
+// newSpoolWriter creates a spool file in dir, and dir if it is missing,
+// and starts the goroutine that writes it.
 func newSpoolWriter(dir string) (*spoolWriter, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create feed spool directory %s: %w", dir, err)
@@ -241,40 +257,65 @@ func newSpoolWriter(dir string) (*spoolWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create a feed spool file in %s: %w", dir, err)
 	}
-	return &spoolWriter{f: f, buf: make([]byte, 0, spoolWriteBuffer)}, nil
+	w := &spoolWriter{f: f, buf: make([]byte, 0, spoolWriteBuffer),
+		full: make(chan []byte, spoolBuffers), free: make(chan []byte, spoolBuffers), done: make(chan error, 1)}
+	for range spoolBuffers - 1 {
+		w.free <- make([]byte, 0, spoolWriteBuffer)
+	}
+	go w.run()
+	return w, nil
+}
+
+// run writes the full buffers in order until full is closed. After a
+// failed write it writes nothing more (the spool is incomplete: finish
+// reports it) but still gives the buffers back.
+func (w *spoolWriter) run() {
+	var err error
+	for b := range w.full {
+		if err == nil {
+			if _, werr := w.f.Write(b); werr != nil {
+				err = fmt.Errorf("write feed spool file %s: %w", w.f.Name(), werr)
+			}
+		}
+		if cap(b) > 2*spoolWriteBuffer {
+			// One big value grew it: do not keep that.
+			b = make([]byte, 0, spoolWriteBuffer)
+		}
+		w.free <- b[:0]
+	}
+	w.done <- err
 }
 
 // write adds one change.
-func (w *spoolWriter) write(key, value []byte, deleted bool) error {
+func (w *spoolWriter) write(key, value []byte, deleted bool) {
 	n := len(w.buf)
 	w.buf = appendFrame(w.buf, key, value, deleted)
 	w.size += int64(len(w.buf) - n)
 	w.count++
 	if len(w.buf) >= spoolWriteBuffer-maxFrameHeader {
-		return w.flush()
+		w.full <- w.buf
+		w.buf = <-w.free
 	}
-	return nil
 }
 
-func (w *spoolWriter) flush() error {
-	if len(w.buf) == 0 {
-		return nil
+// stop hands the goroutine what is buffered and waits for it to end.
+func (w *spoolWriter) stop() error {
+	if !w.stopped {
+		w.stopped = true
+		if len(w.buf) > 0 {
+			w.full <- w.buf
+		}
+		close(w.full)
+		w.err = <-w.done
+		w.buf = nil
 	}
-	if _, err := w.f.Write(w.buf); err != nil {
-		return fmt.Errorf("write feed spool file %s: %w", w.f.Name(), err)
-	}
-	if cap(w.buf) > 2*spoolWriteBuffer {
-		// One big value grew it: do not keep that.
-		w.buf = make([]byte, 0, spoolWriteBuffer)
-	}
-	w.buf = w.buf[:0]
-	return nil
+	return w.err
 }
 
 // finish writes what is buffered and closes the file: the Spool then
 // names it.
 func (w *spoolWriter) finish() (*Spool, error) {
-	err := w.flush()
+	err := w.stop()
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close feed spool file %s: %w", w.f.Name(), cerr)
 	}
@@ -285,8 +326,9 @@ func (w *spoolWriter) finish() (*Spool, error) {
 	return &Spool{Path: w.f.Name(), Count: w.count, Bytes: w.size}, nil
 }
 
-// discard closes and removes the file.
+// discard stops the goroutine, closes and removes the file.
 func (w *spoolWriter) discard() {
+	_ = w.stop()
 	_ = w.f.Close()
 	_ = os.Remove(w.f.Name())
 }
