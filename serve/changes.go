@@ -142,8 +142,13 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 			case errors.Is(err, errStreamGone):
 				return
 			case errors.As(err, &se):
+				// The client is told what failed, not the file's path:
+				// the log has it.
 				s.cfg.Log.Error().Err(se.err).Str(keyTable, table).Str("path", se.path).Msg("change feed: reading a spooled commit failed")
-				fallthrough
+				buf.Write(feedErrorLine(errors.New("the daemon could not read this commit's spooled changes (its log says why); list the table again")))
+				send()
+				_ = rc.Flush()
+				return
 			case err != nil:
 				buf.Write(feedErrorLine(err))
 				send()
