@@ -77,6 +77,7 @@ type Feed struct {
 	RetainFor        time.Duration // retain_for: ... and at least this long, whichever holds more
 	MaxBytes         int64         // max_bytes: and never more than this per table
 	SlowWatcherBytes int64         // slow_watcher_bytes: a watcher further behind is cut off
+	SpoolMaxBytes    int64         // spool_max_bytes: the spooled publishes' commits on disk
 	MaxWatchers      int           // max_watchers: open feeds of all tables at once
 	Heartbeat        time.Duration // heartbeat: how often a feed without commits says so
 }
@@ -168,6 +169,7 @@ type fileFeed struct {
 	RetainFor        string `yaml:"retain_for"`
 	MaxBytes         string `yaml:"max_bytes"`
 	SlowWatcherBytes string `yaml:"slow_watcher_bytes"`
+	SpoolMaxBytes    string `yaml:"spool_max_bytes"`
 	MaxWatchers      *int   `yaml:"max_watchers"`
 	Heartbeat        string `yaml:"heartbeat"`
 }
@@ -724,7 +726,7 @@ func (p *parser) feedSettings(f *file, c *Config) error {
 		key string
 		val string
 		dst *int64
-	}{{"retain_bytes", ff.RetainBytes, &c.Feed.RetainBytes}, {"max_bytes", ff.MaxBytes, &c.Feed.MaxBytes}, {"slow_watcher_bytes", ff.SlowWatcherBytes, &c.Feed.SlowWatcherBytes}} {
+	}{{"retain_bytes", ff.RetainBytes, &c.Feed.RetainBytes}, {"max_bytes", ff.MaxBytes, &c.Feed.MaxBytes}, {"slow_watcher_bytes", ff.SlowWatcherBytes, &c.Feed.SlowWatcherBytes}, {"spool_max_bytes", ff.SpoolMaxBytes, &c.Feed.SpoolMaxBytes}} {
 		if s.val == "" {
 			continue
 		}

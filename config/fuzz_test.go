@@ -30,7 +30,7 @@ func FuzzParse(f *testing.F) {
 		"db: ${A\n", "db: ${}\n", "db: ${1}\n", "db: $$${A}\n",
 		"db: &x ${A}\nsocket_group: *x\n",
 		"kafka:\n  properties:\n    ${A}: v\n    $${A}: w\n    ${A}x: y\n",
-		"db: t.db\nfeed:\n  retain_bytes: 8MiB\n  retain_for: 1m\n  max_bytes: 16MiB\n  slow_watcher_bytes: 2MiB\n  max_watchers: 3\n  heartbeat: 1s\n",
+		"db: t.db\nfeed:\n  retain_bytes: 8MiB\n  retain_for: 1m\n  max_bytes: 16MiB\n  slow_watcher_bytes: 2MiB\n  spool_max_bytes: 1GiB\n  max_watchers: 3\n  heartbeat: 1s\n",
 	} {
 		f.Add([]byte(seed))
 	}

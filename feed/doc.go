@@ -21,6 +21,17 @@
 // the daemon's memory, which the retained log bounds alone. Watchers are
 // counted across tables (Config.MaxWatchers).
 //
+// A commit's changes are in memory, or in a file (Commit.Spool): a
+// publish's or rollback's, which may be every row of the table, spooled by
+// the database during the transaction. A spooled commit counts in the
+// memory bounds only its fixed cost, and its file's bytes in
+// Config.SpoolMaxBytes, the bound of the spool files all feeds retain
+// (past it, the oldest spooled commits of the feed that retains the most
+// go). The feed owns a spool from Append on: the file goes when the log no
+// longer retains its commit and no watcher handed it reads it (a watcher
+// holds the commit Next returned until its next Next or Close), so a
+// watcher streaming a commit the log dropped reads it to its end.
+//
 // The feed never reads the database: its writers (the follower's applies,
 // in-place updates, publishes) hand it each commit after the commit
 // succeeded, so a watcher is never served from a long read transaction.

@@ -28,7 +28,12 @@ type Commit struct {
 	Epoch      uint64
 	Generation uint64
 	Positions  api.Positions
-	Changes    []Change
+	// The keys it changed: in Changes, or, when Spool is not nil, in
+	// the file Spool names (Changes nil). A Commit returned by
+	// Watcher.Next keeps its Spool readable until the watcher's next
+	// Next or Close.
+	Changes []Change
+	Spool   Spool
 }
 
 // Cursor names the state after c.
@@ -37,7 +42,8 @@ func (c Commit) Cursor() api.Cursor {
 }
 
 // size is what c holds in memory, for the bounds: its keys and values and
-// a fixed cost per change and per partition.
+// a fixed cost per change and per partition (a spooled commit's changes
+// are not in memory).
 func (c Commit) size() int64 {
 	n := int64(64 + 16*len(c.Positions))
 	for _, ch := range c.Changes {
@@ -46,12 +52,24 @@ func (c Commit) size() int64 {
 	return n
 }
 
+// spooled is the bytes of c's spool file, 0 without one.
+func (c Commit) spooled() int64 {
+	if c.Spool == nil {
+		return 0
+	}
+	return c.Spool.Size()
+}
+
 // Defaults of Config.
 const (
 	DefaultRetainBytes int64 = 64 << 20
 	DefaultRetainFor         = 5 * time.Minute
 	DefaultSlowBytes   int64 = 16 << 20
 	DefaultMaxWatchers       = 64
+	// DefaultSpoolMaxBytes bounds the spooled commits on disk: room for
+	// the publishes of a table of a few GiB, on the disk that holds the
+	// database (which is at least as large as the table).
+	DefaultSpoolMaxBytes int64 = 4 << 30
 	// DefaultPendingWait is how long a watch from a cursor the feed has not
 	// been handed yet waits for it (a list read just after a commit, before
 	// its writer handed the commit over).
@@ -69,8 +87,15 @@ type Config struct {
 	// (default 2 x RetainBytes): the bound of the daemon's memory the
 	// feeds take. Past it, the oldest commits of the largest feed go.
 	MaxBytes int64
+	// SpoolMaxBytes bounds the files of the spooled commits (Commit.Spool)
+	// the feeds of all tables retain: past it, the oldest spooled commits
+	// of the feed that retains the most go. MaxBytes and RetainBytes count
+	// only what a spooled commit holds in memory. Its writer should spool
+	// no commit larger (MaxSpoolBytes).
+	SpoolMaxBytes int64
 	// SlowBytes: a watcher further behind its feed's head is cut off
-	// (ErrTooSlow).
+	// (ErrTooSlow). Behind counts the bytes of the changes after it, in
+	// memory or spooled.
 	SlowBytes int64
 	// MaxWatchers bounds the watchers of all tables at once
 	// (ErrTooManyWatchers beyond it).
@@ -94,6 +119,9 @@ func (c Config) withDefaults() Config {
 	c.MaxBytes = max(c.MaxBytes, c.RetainBytes)
 	if c.SlowBytes <= 0 {
 		c.SlowBytes = DefaultSlowBytes
+	}
+	if c.SpoolMaxBytes <= 0 {
+		c.SpoolMaxBytes = DefaultSpoolMaxBytes
 	}
 	if c.MaxWatchers <= 0 {
 		c.MaxWatchers = DefaultMaxWatchers
@@ -129,6 +157,7 @@ type Feeds struct {
 	mu       sync.Mutex // held across an Append: a log's mu is taken inside it, never the reverse
 	tables   map[string]*log
 	total    int64 // bytes the logs retain, at most cfg.MaxBytes after each Append
+	spooled  int64 // bytes of the spool files they retain, at most cfg.SpoolMaxBytes after each Append
 	watchers int
 	closed   bool
 }
@@ -142,9 +171,11 @@ func New(cfg Config) *Feeds {
 type entry struct {
 	seq   uint64 // 1, 2, ...: the commit's place in the log
 	at    time.Time
-	start int64 // bytes appended before it
-	size  int64
+	start int64 // bytes (spans) appended before it
+	size  int64 // in memory
+	span  int64 // in memory and spooled: how far behind it puts a watcher
 	c     Commit
+	ref   *spoolRef // c.Spool's holders; nil when not spooled
 }
 
 // log is one table's feed: the retained commits, entries[0] the oldest
@@ -154,8 +185,9 @@ type log struct {
 	base     api.Cursor // the state before entries[0] (after the last dropped)
 	entries  []entry
 	first    uint64            // seq of entries[0]; next seq is first+len(entries)
-	bytes    int64             // bytes of the retained entries
-	appended int64             // bytes ever appended
+	bytes    int64             // bytes of the retained entries in memory
+	spooled  int64             // bytes of their spool files
+	appended int64             // spans ever appended
 	index    map[string]uint64 // cursor text -> seq after which it is; 0: base
 	wake     chan struct{}     // closed by the next append (or Close)
 	watching int               // watchers of this log now
@@ -174,7 +206,7 @@ func (f *Feeds) Start(table string, c api.Cursor) {
 	var watched time.Time
 	if old := f.tables[table]; old != nil {
 		old.close(fmt.Errorf("table %q: %w: its feed restarted", table, ErrCursorGone))
-		f.total -= old.size()
+		f.forget(old)
 		// The restart keeps the feed watched (Watched) as it was, and
 		// counts the watchers it ends as watching until now: their
 		// clients list and watch again, and the commits meanwhile must be
@@ -201,7 +233,7 @@ func (f *Feeds) Stop(table string) {
 	defer f.mu.Unlock()
 	if l := f.tables[table]; l != nil {
 		l.close(fmt.Errorf("table %q: %w: its feed stopped", table, ErrCursorGone))
-		f.total -= l.size()
+		f.forget(l)
 		delete(f.tables, table)
 	}
 }
@@ -213,16 +245,33 @@ func (f *Feeds) Close() {
 	f.closed = true
 	for _, l := range f.tables {
 		l.close(ErrClosed)
+		f.forget(l)
 	}
 }
 
-// close ends the log: its watchers' Next returns why.
+// forget takes what the closed log l retained off the totals.
+func (f *Feeds) forget(l *log) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f.total -= l.bytes
+	f.spooled -= l.spooled
+	l.bytes, l.spooled = 0, 0
+}
+
+// close ends the log: its watchers' Next returns why, and its spooled
+// commits go once no watcher reads them.
 func (l *log) close(why error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed == nil {
 		l.closed = why
 		close(l.wake)
+		for i := range l.entries {
+			if r := l.entries[i].ref; r != nil {
+				l.entries[i].ref = nil
+				r.release()
+			}
+		}
 	}
 }
 
@@ -230,70 +279,117 @@ func (l *log) close(why error) {
 // of another epoch than the last one's starts that epoch: cursors of the
 // earlier epochs are gone, while the watchers reading go on into it. A
 // table without a feed (Start not called) ignores it and returns false.
+// Append owns c.Spool: it removes the file of a commit it does not keep.
 func (f *Feeds) Append(table string, c Commit) bool {
+	var ref *spoolRef
+	if c.Spool != nil {
+		ref = newSpoolRef(c.Spool)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := f.tables[table]
 	if l == nil {
+		if ref != nil {
+			ref.release()
+		}
 		return false
 	}
 	c.Positions = maps.Clone(c.Positions)
-	f.total += l.append(c, f.cfg)
-	// All tables' feeds within MaxBytes: the largest gives up its oldest.
+	mem, disk := l.append(c, ref, f.cfg)
+	f.total += mem
+	f.spooled += disk
+	// All tables' feeds within MaxBytes, and their spool files within
+	// SpoolMaxBytes: the largest gives up its oldest.
 	for f.total > f.cfg.MaxBytes {
-		var big *log
-		var most int64
-		for _, o := range f.tables {
-			if n := o.size(); n > most {
-				big, most = o, n
-			}
-		}
-		if big == nil {
+		if !f.shrink(func(l *log) int64 { return l.bytes }, func(*log) int { return 1 }) {
 			break
 		}
-		big.mu.Lock()
-		f.total -= big.drop(1)
-		big.cutSlow()
-		big.mu.Unlock()
+	}
+	for f.spooled > f.cfg.SpoolMaxBytes {
+		if !f.shrink(func(l *log) int64 { return l.spooled }, (*log).throughSpooled) {
+			break
+		}
 	}
 	return true
 }
 
-// append adds c to l, drops what retention lets go, wakes the watchers,
-// and returns how many bytes l's retained commits grew by (negative when
-// they shrank).
-func (l *log) append(c Commit, cfg Config) int64 {
+// shrink drops n(l) of the oldest commits of the log l with the most by
+// (under l.mu); false when no log has any.
+func (f *Feeds) shrink(by func(*log) int64, n func(*log) int) bool {
+	var big *log
+	var most int64
+	for _, o := range f.tables {
+		o.mu.Lock()
+		if v := by(o); v > most {
+			big, most = o, v
+		}
+		o.mu.Unlock()
+	}
+	if big == nil {
+		return false
+	}
+	big.mu.Lock()
+	defer big.mu.Unlock()
+	drop := n(big)
+	if drop == 0 {
+		return false
+	}
+	mem, disk := big.drop(drop)
+	f.total -= mem
+	f.spooled -= disk
+	big.cutSlow()
+	return true
+}
+
+// throughSpooled is how many of l's oldest commits go to drop its oldest
+// spooled one (under l.mu).
+func (l *log) throughSpooled() int {
+	for i, e := range l.entries {
+		if e.ref != nil {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// append adds c (whose spool ref holds, nil if none) to l, drops what
+// retention lets go, wakes the watchers, and returns how many bytes l's
+// retained commits grew by in memory and on disk (negative when they
+// shrank).
+func (l *log) append(c Commit, ref *spoolRef, cfg Config) (mem, disk int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed != nil {
-		return 0
+		if ref != nil {
+			ref.release()
+		}
+		return 0, 0
 	}
-	before := l.bytes
+	before, beforeDisk := l.bytes, l.spooled
 	if c.Epoch != l.head().Epoch {
 		clear(l.index)
 	}
-	e := entry{seq: l.first + uint64(len(l.entries)), at: cfg.Now(), start: l.appended, size: c.size(), c: c}
+	e := entry{seq: l.first + uint64(len(l.entries)), at: cfg.Now(), start: l.appended, size: c.size(), c: c, ref: ref}
+	e.span = e.size + c.spooled()
 	l.entries = append(l.entries, e)
 	l.bytes += e.size
-	l.appended += e.size
+	l.spooled += c.spooled()
+	l.appended += e.span
 	l.index[c.Cursor().String()] = e.seq
 	l.trim(cfg)
 	l.cutSlow()
 	close(l.wake)
 	l.wake = make(chan struct{})
-	return l.bytes - before
-}
-
-// size is the bytes l retains.
-func (l *log) size() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.bytes
+	return l.bytes - before, l.spooled - beforeDisk
 }
 
 // MaxCommitBytes is the most of one commit's changes the feeds can keep
-// (Config.MaxBytes): a writer need not capture more.
+// in memory (Config.MaxBytes): a writer need not capture more there.
 func (f *Feeds) MaxCommitBytes() int64 { return f.cfg.MaxBytes }
+
+// MaxSpoolBytes is the most of one commit's changes the feeds can keep
+// spooled (Config.SpoolMaxBytes): a writer need not spool more.
+func (f *Feeds) MaxSpoolBytes() int64 { return f.cfg.SpoolMaxBytes }
 
 // head is the state after the last commit.
 func (l *log) head() api.Cursor {
@@ -321,16 +417,21 @@ func (l *log) trim(cfg Config) {
 	l.drop(drop)
 }
 
-// drop drops l's oldest n commits (at most all) and returns their bytes:
-// the state after the last of them becomes l's base.
-func (l *log) drop(n int) int64 {
+// drop drops l's oldest n commits (at most all) and returns their bytes
+// in memory and on disk: the state after the last of them becomes l's
+// base. Their spool files go once no watcher reads them.
+func (l *log) drop(n int) (mem, disk int64) {
 	drop := min(n, len(l.entries))
 	if drop == 0 {
-		return 0
+		return 0, 0
 	}
-	var bytes int64
+	var bytes, spooled int64
 	for _, e := range l.entries[:drop] {
 		bytes += e.size
+		spooled += e.c.spooled()
+		if e.ref != nil {
+			e.ref.release()
+		}
 	}
 	for _, e := range l.entries[:drop] {
 		if k := e.c.Cursor().String(); l.index[k] == e.seq {
@@ -350,7 +451,8 @@ func (l *log) drop(n int) int64 {
 	l.entries = l.entries[:kept]
 	l.first += uint64(drop)
 	l.bytes -= bytes
-	return bytes
+	l.spooled -= spooled
+	return bytes, spooled
 }
 
 // Head returns table's state after its last commit handed to the feed.
@@ -468,6 +570,10 @@ type Watcher struct {
 	limit   int64
 	limited bool
 
+	// held is the spooled commit the last Next returned, held readable
+	// until the next Next or Close.
+	held *spoolRef
+
 	closeOnce sync.Once
 	cut       chan struct{} // closed by cutSlow (Cut)
 	cutOnce   sync.Once
@@ -478,6 +584,7 @@ type Watcher struct {
 // commit, and head is the table's state then. It ends with ErrTooSlow,
 // ErrCursorGone (the feed restarted or stopped), ErrClosed or ctx's error.
 func (w *Watcher) Next(ctx context.Context, heartbeat time.Duration) (c Commit, ok bool, head api.Cursor, err error) {
+	w.letGo()
 	var timer <-chan time.Time
 	if heartbeat > 0 {
 		t := time.NewTimer(heartbeat)
@@ -530,7 +637,7 @@ func (w *Watcher) take() (c Commit, ok bool, head api.Cursor, wake <-chan struct
 		// watcher may be as far behind as it ever was closest plus
 		// SlowBytes: one resumed from an old cursor catches up from there,
 		// one that falls further behind than that is cut off.
-		behind := l.appended - (e.start + e.size)
+		behind := l.appended - (e.start + e.span)
 		if !w.limited {
 			w.limit, w.limited = behind+w.f.cfg.SlowBytes, true
 		}
@@ -546,13 +653,28 @@ func (w *Watcher) take() (c Commit, ok bool, head api.Cursor, wake <-chan struct
 			}
 			continue
 		}
+		if e.ref != nil {
+			e.ref.hold()
+			w.held = e.ref
+		}
 		return e.c, true, head, nil, nil
 	}
 }
 
-// Close ends the watcher and frees its place among Config.MaxWatchers.
+// letGo releases the spooled commit the last Next returned.
+func (w *Watcher) letGo() {
+	if w.held != nil {
+		w.held.release()
+		w.held = nil
+	}
+}
+
+// Close ends the watcher and frees its place among Config.MaxWatchers
+// (and the spool file of the commit it was sent last, if the feed let
+// that go).
 func (w *Watcher) Close() {
 	w.closeOnce.Do(func() {
+		w.letGo()
 		w.f.mu.Lock()
 		w.f.watchers--
 		w.f.mu.Unlock()

@@ -352,7 +352,7 @@ func TestMaxBytesAcrossTables(t *testing.T) {
 			t.Fatalf("the feeds hold %d bytes, over MaxBytes %d", f.total, 60*size)
 		}
 	}
-	if got := f.tables["a"].size() + f.tables["b"].size(); got != f.total {
+	if got := f.tables["a"].bytes + f.tables["b"].bytes; got != f.total {
 		t.Fatalf("total %d, the logs hold %d", f.total, got)
 	}
 	// b, the smaller, kept all its commits.

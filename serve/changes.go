@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -22,7 +23,8 @@ import (
 // changes.go says which). Everything that can be refused is refused before
 // the first byte (400, 404, 410, 503); once streaming, the stream ends with
 // an error line when the daemon ends it. It never holds a read
-// transaction: the commits come from the feed's memory.
+// transaction: the commits come from the feed's memory, or a publish's
+// from its spool file, read in chunks as the client takes them.
 
 // changesQuery is the changes route's parsed query.
 type changesQuery struct {
@@ -138,23 +140,86 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 		case !ok:
 			buf.Write(stateLine("heartbeat", head))
 		default:
-			for _, ch := range c.Changes {
+			err := eachChange(c, func(ch feed.Change) error {
 				line, err := changeLine(ch, q.b64)
 				if err != nil {
-					buf.Write(feedErrorLine(err))
-					send()
-					_ = rc.Flush()
-					return
+					return err
 				}
 				buf.Write(line)
 				if buf.Len() >= feedFlushBytes && !send() {
-					return
+					return errStreamGone
 				}
+				return nil
+			})
+			var se *spoolError
+			switch {
+			case errors.Is(err, errStreamGone):
+				return
+			case errors.As(err, &se):
+				// The client is told what failed, not the file's path:
+				// the log has it.
+				s.cfg.Log.Error().Err(se.err).Str(keyTable, table).Str("path", se.path).Msg("change feed: reading a spooled commit failed")
+				buf.Write(feedErrorLine(errors.New("the daemon could not read this commit's spooled changes (its log says why); list the table again")))
+				send()
+				_ = rc.Flush()
+				return
+			case err != nil:
+				buf.Write(feedErrorLine(err))
+				send()
+				_ = rc.Flush()
+				return
 			}
 			buf.Write(stateLine("commit", c.Cursor()))
 		}
 		if !send() || rc.Flush() != nil {
 			return
+		}
+	}
+}
+
+// errStreamGone is how a change feed's send says the client went away.
+var errStreamGone = errors.New("the client went away")
+
+// spoolError is an error reading a commit's spool file.
+type spoolError struct {
+	path string
+	err  error
+}
+
+func (e *spoolError) Error() string { return e.err.Error() }
+func (e *spoolError) Unwrap() error { return e.err }
+
+// eachChange calls fn with each of c's changes in order, from memory or,
+// for a spooled commit, from its file, a change at a time (the file is
+// read in chunks, never whole): a watcher that does not read holds the
+// open file, not memory. Its errors are fn's, or a *spoolError.
+func eachChange(c feed.Commit, fn func(feed.Change) error) error {
+	if c.Spool == nil {
+		for _, ch := range c.Changes {
+			if err := fn(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	r, err := c.Spool.Open()
+	if err != nil {
+		return &spoolError{path: c.Spool.Path(), err: err}
+	}
+	defer r.Close()
+	for n := int64(0); ; n++ {
+		ch, err := r.Next()
+		if err == io.EOF {
+			if n != c.Spool.Count() {
+				return &spoolError{path: c.Spool.Path(), err: fmt.Errorf("the spooled commit has %d changes, want %d", n, c.Spool.Count())}
+			}
+			return nil
+		}
+		if err != nil {
+			return &spoolError{path: c.Spool.Path(), err: err}
+		}
+		if err := fn(ch); err != nil {
+			return err
 		}
 	}
 }

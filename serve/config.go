@@ -157,6 +157,11 @@ type Config struct {
 	// FeedSlowBytes: a watcher that falls further behind is cut off
 	// (watcher_too_slow). Default feed.DefaultSlowBytes.
 	FeedSlowBytes int64
+	// FeedSpoolMaxBytes bounds the spool files of the publishes' and
+	// rollbacks' commits the feeds retain, in DBPath + ".feed"
+	// (store.FeedDir); a publish with more changes restarts its feed.
+	// Default feed.DefaultSpoolMaxBytes.
+	FeedSpoolMaxBytes int64
 	// MaxWatchers bounds the open change feeds of all tables. Default
 	// feed.DefaultMaxWatchers.
 	MaxWatchers int
@@ -283,6 +288,8 @@ func (s *settings) largeAnswerDefaults() error {
 		return &ConfigError{Field: "feed.max_bytes", Value: strconv.FormatInt(s.FeedMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (2 x retain_bytes)"}
 	case s.FeedSlowBytes < 0:
 		return &ConfigError{Field: "feed.slow_watcher_bytes", Value: strconv.FormatInt(s.FeedSlowBytes, 10), Reason: "want a number of bytes, 0 for the default (16 MiB)"}
+	case s.FeedSpoolMaxBytes < 0:
+		return &ConfigError{Field: "feed.spool_max_bytes", Value: strconv.FormatInt(s.FeedSpoolMaxBytes, 10), Reason: "want a number of bytes, 0 for the default (4 GiB)"}
 	case s.MaxWatchers < 0:
 		return &ConfigError{Field: "feed.max_watchers", Value: strconv.Itoa(s.MaxWatchers), Reason: "want 1 or more, 0 for the default (64)"}
 	case s.FeedHeartbeat < 0:

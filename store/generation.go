@@ -251,6 +251,7 @@ func (g *Generation) Publish(meta TableMeta, hook func(tx *bolt.Tx) error) error
 		}
 	}()
 	capt := g.db.capture(CommitPublish, g.table)
+	defer capt.discard()          // a failed publish's spooled changes
 	var positions map[int32]int64 // after the commit, for the observer
 	err := g.db.update(func(tx *bolt.Tx) error {
 		capt.reset()

@@ -346,6 +346,7 @@ func (db *DB) Rollback(table string, gen uint64) (RollbackResult, error) {
 		return res, fmt.Errorf("roll back table %q in %s: %w", table, db.path, ErrReadOnly)
 	}
 	capt := db.capture(CommitRollback, table)
+	defer capt.discard()          // a failed rollback's spooled changes
 	var positions map[int32]int64 // after the commit, for the observer
 	err := db.update(func(tx *bolt.Tx) error {
 		capt.reset()

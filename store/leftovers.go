@@ -1,6 +1,6 @@
 // Leftover cleanup: the files beside the database that a crashed process
-// leaves (run files, spooled answers, compaction temporaries; their names
-// are in schema.go), removed by a read-write Open.
+// leaves (run files, spooled answers and feed commits, compaction
+// temporaries; their names are in schema.go), removed by a read-write Open.
 
 package store
 
@@ -20,6 +20,7 @@ func cleanFiles(path string) (int, error) {
 	for _, d := range []struct{ dir, suffix, what string }{
 		{RunsDir(path), runSuffix, "run"},
 		{SpoolDir(path), SpoolSuffix, "spool"},
+		{FeedDir(path), FeedSuffix, "feed spool"},
 	} {
 		dir := d.dir
 		fi, err := os.Lstat(dir)

@@ -34,16 +34,19 @@ type KeyChange struct {
 
 // Commit is what one committed write changed of a table, handed to the
 // Observer after the commit: the table's state after it and, when
-// Complete, every key it changed. The Changes of an Apply are in the order
-// of the writes (a key may come more than once, the last wins); those of a
-// Publish or Rollback in key order, one per key. The slices are the
-// observer's to keep.
+// Complete, every key it changed, in Changes or, for a Publish or Rollback
+// past its CaptureBound.Memory, in the file Spool names (Changes nil). The
+// Changes of an Apply are in the order of the writes (a key may come more
+// than once, the last wins); those of a Publish or Rollback in key order,
+// one per key. The slices are the observer's to keep, and so is the
+// spool file: the observer removes it (Spool.Remove) when done with it.
 type Commit struct {
 	Table      string
 	Kind       CommitKind
 	Generation uint64          // the table's published generation after it; 0 for a drop
 	Positions  map[int32]int64 // its checkpoint's ends after it; nil without a checkpoint
 	Changes    []KeyChange
+	Spool      *Spool // the changes, when spooled; nil when in Changes
 	// Complete is false when the changes were more than the observer's
 	// byte bound for the commit (SetObserver) and were not kept: the table
 	// changed in ways Changes does not say.
@@ -59,16 +62,29 @@ type Observer func(Commit)
 type observing struct {
 	mu    sync.RWMutex
 	fn    Observer
-	bound func(kind CommitKind, table string) int64
+	bound func(kind CommitKind, table string) CaptureBound
 }
 
-// SetObserver sets the DB's observer (nil: none) and bound, the most bytes
-// of changes a commit of kind to table may capture for it: a commit whose
-// keys and values are more is handed over without them (Commit.Complete
-// false); bound 0 captures none. Capturing costs a copy of every changed
-// key and value (a publish walks them anyway), so a DB without an
-// observer captures nothing.
-func (db *DB) SetObserver(fn Observer, bound func(kind CommitKind, table string) int64) {
+// CaptureBound is how much of one commit's changes are captured for the
+// observer, counted as the bytes of their keys and values and 32 a change.
+type CaptureBound struct {
+	// Memory: up to this many bytes are captured in memory (Commit.Changes).
+	Memory int64
+	// Spool: a Publish's or Rollback's changes past Memory are written to a
+	// file in FeedDir (Commit.Spool), up to this many bytes in all: the
+	// capture moves what it holds in memory there and goes on in the file.
+	// 0: never spooled. An Apply is never spooled: its changes are few,
+	// and its commits many.
+	Spool int64
+}
+
+// SetObserver sets the DB's observer (nil: none) and bound, how much of
+// the changes of a commit of kind to table it captures: a commit whose
+// changes are more is handed over without them (Commit.Complete false); a
+// zero bound captures none. Capturing costs a copy of every changed key
+// and value (a publish walks them anyway), so a DB without an observer
+// captures nothing.
+func (db *DB) SetObserver(fn Observer, bound func(kind CommitKind, table string) CaptureBound) {
 	db.observe.mu.Lock()
 	defer db.observe.mu.Unlock()
 	db.observe.fn, db.observe.bound = fn, bound
@@ -82,8 +98,12 @@ func (db *DB) capture(kind CommitKind, table string) *capture {
 	if db.observe.fn == nil {
 		return nil
 	}
-	c := &capture{max: db.observe.bound(kind, table)}
-	c.over = c.max <= 0
+	b := db.observe.bound(kind, table)
+	c := &capture{max: b.Memory}
+	if kind == CommitPublish || kind == CommitRollback {
+		c.spoolMax, c.dir = b.Spool, FeedDir(db.path)
+	}
+	c.over = c.max <= 0 && c.spoolMax <= 0
 	return c
 }
 
@@ -102,6 +122,12 @@ type capture struct {
 	// allocations a change made a capturing publish three times slower.
 	// Blocks are never reused (the observer keeps the slices).
 	slab []byte
+	// spoolMax, when more than max, is how many bytes the changes may take
+	// in a file in dir; sp is that file once they passed max (and nothing
+	// is in memory then).
+	spoolMax int64
+	dir      string
+	sp       *spoolWriter
 }
 
 // captureBlock is the size of a capture's slab blocks; chunkLen the
@@ -151,6 +177,10 @@ func (c *capture) put(key, value []byte) {
 		return
 	}
 	if c.add(len(key) + len(value)) {
+		if c.sp != nil {
+			c.spool(key, value, false)
+			return
+		}
 		c.keep(KeyChange{Key: c.copyBytes(key), Value: c.copyBytes(value)})
 	}
 }
@@ -160,26 +190,78 @@ func (c *capture) del(key []byte) {
 		return
 	}
 	if c.add(len(key)) {
+		if c.sp != nil {
+			c.spool(key, nil, true)
+			return
+		}
 		c.keep(KeyChange{Key: c.copyBytes(key), Deleted: true})
 	}
 }
 
 // add counts n bytes (and a fixed cost per change); false once over the
-// bound, when the changes are dropped.
+// bound, when the changes are dropped. Past the memory bound, a capture
+// that may spool moves to its file.
 func (c *capture) add(n int) bool {
 	c.bytes += int64(n) + 32
-	if c.bytes > c.max {
-		c.over, c.chunks, c.n, c.slab = true, nil, 0, nil
+	if c.bytes <= c.max || c.sp != nil && c.bytes <= c.spoolMax {
+		return true
+	}
+	if c.sp == nil && c.bytes <= c.spoolMax && c.spill() {
+		return true
+	}
+	c.drop()
+	return false
+}
+
+// spill moves the changes captured in memory to a new spool file, where
+// the later ones go. False if the file could not be made: the commit is
+// then handed over incomplete, never failed for its feed.
+func (c *capture) spill() bool {
+	sp, err := newSpoolWriter(c.dir)
+	if err != nil {
 		return false
 	}
+	c.sp = sp
+	for _, chunk := range c.chunks {
+		for _, ch := range chunk {
+			sp.write(ch.Key, ch.Value, ch.Deleted)
+		}
+	}
+	c.chunks, c.n, c.slab = nil, 0, nil
 	return true
+}
+
+// spool writes one change to the file. A write error shows at the end
+// (spoolWriter.finish): the commit is then handed over incomplete.
+func (c *capture) spool(key, value []byte, deleted bool) {
+	c.sp.write(key, value, deleted)
+}
+
+// drop forgets the changes: the capture is over.
+func (c *capture) drop() {
+	c.over, c.chunks, c.n, c.slab = true, nil, 0, nil
+	if c.sp != nil {
+		c.sp.discard()
+		c.sp = nil
+	}
 }
 
 // reset forgets what a transaction attempt captured (bbolt's Update runs
 // its function once, but an error commits nothing).
 func (c *capture) reset() {
 	if c != nil {
-		c.chunks, c.n, c.bytes, c.over, c.slab = nil, 0, 0, c.max <= 0, nil
+		c.drop()
+		c.bytes, c.over = 0, c.max <= 0 && c.spoolMax <= 0
+	}
+}
+
+// discard removes the spool file of a capture whose commit failed, or
+// that nobody took (a no-op once observed handed it over). Its writers
+// defer it.
+func (c *capture) discard() {
+	if c != nil && c.sp != nil {
+		c.sp.discard()
+		c.sp = nil
 	}
 }
 
@@ -211,10 +293,19 @@ func (db *DB) observed(kind CommitKind, table string, gen uint64, positions map[
 	fn := db.observe.fn
 	db.observe.mu.RUnlock()
 	if fn == nil {
+		c.discard()
 		return
 	}
 	cm := Commit{Table: table, Kind: kind, Generation: gen, Positions: positions}
-	if c != nil && !c.over {
+	switch {
+	case c == nil || c.over:
+	case c.sp != nil:
+		// The file is written after the commit: what is left in the
+		// buffer, then closed.
+		sp, err := c.sp.finish()
+		c.sp = nil
+		cm.Spool, cm.Complete = sp, err == nil
+	default:
 		cm.Changes, cm.Complete = c.changes(), true
 	}
 	fn(cm)

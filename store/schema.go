@@ -107,6 +107,8 @@ var (
 //	FILE.compact-<random>         CompactTempPrefix: a compaction's new file before its rename
 //	FILE.spool/                   SpoolDir: the daemon's spooled answers (package serve)
 //	    <random>.spool            SpoolSuffix: one answer, removed once sent
+//	FILE.feed/                    FeedDir: the change feeds' spooled commits (spool.go)
+//	    <random>.changes          FeedSuffix: one publish's or rollback's changes
 //
 // RunsDir is created at a rebuild's first spill and removed when a rebuild
 // leaves it empty. A FILE.runs that is not a directory is not ours: a
@@ -134,6 +136,17 @@ func SpoolDir(path string) string { return path + ".spool" }
 
 // SpoolSuffix ends every spool file's name.
 const SpoolSuffix = ".spool"
+
+// FeedDir is the directory where a Publish or Rollback spools its changes
+// for the observer (CaptureBound.Spool), created at the first. Each file is
+// the observer's to remove (the daemon's change feed removes it once no
+// watcher reads it); a read-write Open removes the regular files in it
+// whose name ends with FeedSuffix (the previous process's, whose feeds
+// ended with it), and the directory once empty.
+func FeedDir(path string) string { return path + ".feed" }
+
+// FeedSuffix ends every feed spool file's name.
+const FeedSuffix = ".changes"
 
 // CompactTempPrefix, after the database's file name, starts the name of
 // Compact's temporary file in the same directory.

@@ -255,6 +255,7 @@ func serveConfig(c *cli.Context, cfg *config.Config, path string, log zerolog.Lo
 		SpoolMaxBytes: cfg.SpoolMaxBytes, MaxHeavyRequests: cfg.MaxHeavyRequests, PageMaxBytes: cfg.PageMaxBytes,
 		FeedRetainBytes: cfg.Feed.RetainBytes, FeedRetainFor: cfg.Feed.RetainFor, FeedMaxBytes: cfg.Feed.MaxBytes,
 		FeedSlowBytes: cfg.Feed.SlowWatcherBytes, MaxWatchers: cfg.Feed.MaxWatchers, FeedHeartbeat: cfg.Feed.Heartbeat,
+		FeedSpoolMaxBytes: cfg.Feed.SpoolMaxBytes,
 	}
 }
 
