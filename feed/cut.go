@@ -25,7 +25,7 @@ func (l *log) behind(w *Watcher) (int64, bool) {
 		return 0, true
 	}
 	e := l.entries[i]
-	return l.appended - (e.start + e.size), true
+	return l.appended - (e.start + e.span), true
 }
 
 // cutSlow closes Cut of every watcher of l further behind than its bound
