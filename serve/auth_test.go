@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,10 @@ func TestRemoteListenerTokens(t *testing.T) {
 	defer anon.hc.CloseIdleConnections()
 
 	reads := []string{"/v1/tables", "/v1/tables/t", "/v1/tables/t/keys/k001", "/v1/tables/t/rows", "/v1/tables/t/export", "/v1/tables/t/count", "/v1/openapi.json", "/metrics", "/nope"}
-	writes := []struct{ method, path string }{{"POST", "/v1/tables/t/rebuild"}, {"DELETE", "/v1/tables/t"}, {"POST", "/v1/tables/t/update"}, {"POST", "/v1/tables/t/rollback"}}
+	// Admin-only: what changes state, and the backup (it holds every
+	// table) and the compaction.
+	writes := []struct{ method, path string }{{"POST", "/v1/tables/t/rebuild"}, {"DELETE", "/v1/tables/t"}, {"POST", "/v1/tables/t/update"}, {"POST", "/v1/tables/t/rollback"},
+		{"GET", "/v1/backup"}, {"POST", "/v1/compact"}}
 	unauthorized := func(t *testing.T, c *client, method, path string, invalid bool) {
 		t.Helper()
 		r := c.do(t, method, path, nil)
@@ -156,4 +160,19 @@ func TestRemoteListenerTokens(t *testing.T) {
 	if r := d.c.do(t, "POST", "/v1/tables/t/rebuild?wait=1", nil); r.status != 200 {
 		t.Fatalf("POST on the unix socket without a token: %d %s", r.status, r.body)
 	}
+	if r := ac.get(t, "/v1/backup"); r.status != 200 || int64(len(r.body)) != mustInt(t, r.header.Get("Content-Length")) {
+		t.Fatalf("GET /v1/backup with the admin token: %d, %d bytes of %s", r.status, len(r.body), r.header.Get("Content-Length"))
+	}
+	if r := ac.do(t, "POST", "/v1/compact", nil); r.status != 200 {
+		t.Fatalf("POST /v1/compact with the admin token: %d %s", r.status, r.body)
+	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
 }
