@@ -39,6 +39,8 @@ func TestDocumentListsTodaysRoutes(t *testing.T) {
 		{"GET", "/healthz"},
 		{"GET", "/readyz"},
 		{"GET", "/v1/status"},
+		{"GET", "/v1/backup"},
+		{"POST", "/v1/compact"},
 		{"GET", "/metrics"},
 		{"GET", "/v1/openapi.json"},
 	}
