@@ -39,39 +39,18 @@ func Compact(path string, opts *Options) (res CompactResult, err error) {
 		}
 	}()
 	res.Cleaned = db.Cleaned()
-	fi, err := os.Stat(path)
+	tmpPath, before, after, err := compactBeside(db.handle(), path)
+	res.Before, res.After = before, after
 	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
+		return res, err
 	}
-	res.Before = fi.Size()
-
-	dir, base := filepath.Dir(path), filepath.Base(path)
-	tmp, err := os.CreateTemp(dir, base+CompactTempPrefix+"*")
-	if err != nil {
-		return res, fmt.Errorf("compact %s: create the new file in %s: %w", path, dir, err)
-	}
-	tmpPath := tmp.Name()
+	dir := filepath.Dir(path)
 	renamed := false
 	defer func() {
 		if !renamed {
 			_ = os.Remove(tmpPath)
 		}
 	}()
-	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
-		_ = tmp.Close()
-		return res, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return res, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
-	}
-	if err := compactInto(db.handle(), tmpPath); err != nil {
-		return res, fmt.Errorf("compact %s into %s: %w", path, tmpPath, err)
-	}
-	nfi, err := os.Stat(tmpPath)
-	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", path, err)
-	}
-	res.After = nfi.Size()
 	if err := os.Rename(tmpPath, path); err != nil {
 		return res, fmt.Errorf("compact %s: rename %s over it: %w", path, tmpPath, err)
 	}
@@ -80,6 +59,45 @@ func Compact(path string, opts *Options) (res CompactResult, err error) {
 		return res, fmt.Errorf("compact %s: the compacted file is in place, but syncing directory %s failed: %w", path, dir, err)
 	}
 	return res, nil
+}
+
+// compactBeside copies src, the database at path, into a new file beside
+// it (CompactTempPrefix, path's mode, full pages, fsynced) and returns the
+// new file's path and both sizes. On an error the new file is removed.
+func compactBeside(src *bolt.DB, path string) (tmpPath string, before, after int64, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("compact %s: %w", path, err)
+	}
+	before = fi.Size()
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	tmp, err := os.CreateTemp(dir, base+CompactTempPrefix+"*")
+	if err != nil {
+		return "", before, 0, fmt.Errorf("compact %s: create the new file in %s: %w", path, dir, err)
+	}
+	name := tmp.Name() // the error returns below clear tmpPath
+	tmpPath = name
+	defer func() {
+		if err != nil {
+			_ = os.Remove(name)
+		}
+	}()
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		_ = tmp.Close()
+		return "", before, 0, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", before, 0, fmt.Errorf("compact %s: %s: %w", path, tmpPath, err)
+	}
+	// src's read transactions: readers of an open DB go on beside them.
+	if err := guard(path, func() error { return compactInto(src, tmpPath) }); err != nil {
+		return "", before, 0, fmt.Errorf("compact %s into %s: %w", path, tmpPath, err)
+	}
+	nfi, err := os.Stat(tmpPath)
+	if err != nil {
+		return "", before, 0, fmt.Errorf("compact %s: %w", path, err)
+	}
+	return tmpPath, before, nfi.Size(), nil
 }
 
 // compactInto copies src into a new bbolt file at path and fsyncs it.

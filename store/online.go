@@ -90,17 +90,12 @@ func (db *DB) CompactOnline() (res OnlineCompactResult, err error) {
 		db.gate.Unlock()
 		res.Paused = time.Since(paused)
 	}()
-	fi, err := os.Stat(db.path)
+	tmpPath, before, after, err := compactBeside(db.cur.Load().b, db.path)
+	res.Before, res.After = before, after
 	if err != nil {
-		return res, fmt.Errorf("compact %s: %w", db.path, err)
+		return res, err
 	}
-	res.Before = fi.Size()
-	dir, base := filepath.Dir(db.path), filepath.Base(db.path)
-	tmp, err := os.CreateTemp(dir, base+CompactTempPrefix+"*")
-	if err != nil {
-		return res, fmt.Errorf("compact %s: create the new file in %s: %w", db.path, dir, err)
-	}
-	tmpPath := tmp.Name()
+	dir := filepath.Dir(db.path)
 	renamed := false
 	var next *bolt.DB
 	defer func() {
@@ -111,21 +106,6 @@ func (db *DB) CompactOnline() (res OnlineCompactResult, err error) {
 			_ = os.Remove(tmpPath)
 		}
 	}()
-	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
-		_ = tmp.Close()
-		return res, fmt.Errorf("compact %s: %s: %w", db.path, tmpPath, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return res, fmt.Errorf("compact %s: %s: %w", db.path, tmpPath, err)
-	}
-	// The old file's read transactions, beside the readers'.
-	src := db.cur.Load()
-	if err := guard(db.path, func() error { return compactInto(src.b, tmpPath) }); err != nil {
-		return res, fmt.Errorf("compact %s into %s: %w", db.path, tmpPath, err)
-	}
-	if nfi, err := os.Stat(tmpPath); err == nil {
-		res.After = nfi.Size()
-	}
 	opts := *db.bopts
 	opts.OpenFile, opts.PreLoadFreelist = nil, false
 	opts.Timeout = time.Second // nobody else has this file
