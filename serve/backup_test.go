@@ -2,6 +2,8 @@ package serve
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,11 +63,15 @@ func getBackup(t *testing.T, c *client, path string) store.BackupInfo {
 		t.Fatalf("backup headers %v", resp.Header)
 	}
 	err = store.WriteFileAtomic(path, func(w io.Writer) error {
-		dw := &store.DigestWriter{W: w}
-		if _, err := io.Copy(dw, resp.Body); err != nil {
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
+		if err != nil {
 			return err
 		}
-		return dw.Check(info)
+		if got := hex.EncodeToString(h.Sum(nil)); n != info.Bytes || got != info.SHA256 {
+			return fmt.Errorf("received %d bytes with SHA-256 %s, sent %d with %s", n, got, info.Bytes, info.SHA256)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("backup into %s: %v", path, err)

@@ -3,9 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -102,39 +100,4 @@ func BackupFile(db *DB, path string) (BackupInfo, error) {
 		return err
 	})
 	return info, err
-}
-
-// ErrBackupDigest: a backup's bytes do not hash to the digest its sender
-// gave (a copy cut short or damaged on the way).
-var ErrBackupDigest = errors.New("backup digest mismatch")
-
-// DigestWriter hashes what is written through it: a receiver of a backup
-// checks the copy against BackupInfo.SHA256.
-type DigestWriter struct {
-	W io.Writer
-	h hash.Hash
-	n int64
-}
-
-func (d *DigestWriter) Write(p []byte) (int, error) {
-	if d.h == nil {
-		d.h = sha256.New()
-	}
-	n, err := d.W.Write(p)
-	d.h.Write(p[:n])
-	d.n += int64(n)
-	return n, err
-}
-
-// Check returns ErrBackupDigest unless what was written is want's bytes
-// (its size, and its SHA-256 when want has one).
-func (d *DigestWriter) Check(want BackupInfo) error {
-	if d.h == nil {
-		d.h = sha256.New()
-	}
-	got := hex.EncodeToString(d.h.Sum(nil))
-	if d.n != want.Bytes || (want.SHA256 != "" && got != want.SHA256) {
-		return fmt.Errorf("%w: received %d bytes with SHA-256 %s, sent %d bytes with %s", ErrBackupDigest, d.n, got, want.Bytes, want.SHA256)
-	}
-	return nil
 }

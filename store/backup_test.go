@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +24,8 @@ import (
 // commits are each one state of the database: opened read-only, a copy's
 // table holds the published rows and exactly the applies up to its own
 // counter row (an oracle rebuilt from that counter), never part of one;
-// the copy's bytes hash to the digest Backup reported, and a
-// DigestWriter that saw them agrees; the copy passes Check.
+// the copy's bytes hash to the digest Backup reported; the copy passes
+// Check.
 func TestBackupWhileApplying(t *testing.T) {
 	db := openTemp(t)
 	base := oracle{}
@@ -79,10 +81,8 @@ func TestBackupWhileApplying(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dw := &DigestWriter{W: io.Discard}
-		_, _ = dw.Write(raw)
-		if err := dw.Check(info); err != nil || int64(len(raw)) != info.Bytes {
-			t.Fatalf("backup %d: %d bytes on disk, info %+v: %v", b, len(raw), info, err)
+		if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != info.SHA256 || int64(len(raw)) != info.Bytes {
+			t.Fatalf("backup %d: %d bytes on disk with SHA-256 %x, info %+v", b, len(raw), sum, info)
 		}
 		cp, err := Open(path, &Options{ReadOnly: true})
 		if err != nil {
@@ -132,8 +132,7 @@ func TestBackupWhileApplying(t *testing.T) {
 }
 
 // TestWriteFileAtomicFailure: a fill that fails leaves the output as it
-// was and no file beside it; a DigestWriter that saw fewer bytes than the
-// backup had is ErrBackupDigest.
+// was and no file beside it.
 func TestWriteFileAtomicFailure(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.db")
@@ -153,17 +152,5 @@ func TestWriteFileAtomicFailure(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("%d files in the directory after a failed fill, want only the output", len(ents))
-	}
-	db := openTemp(t)
-	publishOps(t, db, "t", 7, 50)
-	var full bytes.Buffer
-	info, err := db.Backup(&full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dw := &DigestWriter{W: io.Discard}
-	_, _ = dw.Write(full.Bytes()[:full.Len()-1])
-	if err := dw.Check(info); !errors.Is(err, ErrBackupDigest) {
-		t.Fatalf("a copy cut short: %v, want ErrBackupDigest", err)
 	}
 }
