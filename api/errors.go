@@ -61,6 +61,18 @@ const (
 	CodeCursorGone      = "cursor_gone"
 	CodeTooManyWatchers = "too_many_watchers"
 	CodeWatcherTooSlow  = "watcher_too_slow"
+	// Shards (docs/shards.md): a key read of a subset table whose
+	// partitioner puts the key in a partition it does not hold (421, with
+	// ErrorBody's Partition and PartitionSet: ask a daemon that holds
+	// it); a key read of a subset table whose topic's partition count
+	// changed (409: keys may no longer be where their hash says); GET
+	// .../partition of a table without a partitioner, or with a key the
+	// partitioner does not place (a null or, under consistent, an empty
+	// key) (400).
+	CodeKeyNotHere     = "key_not_here"
+	CodeRepartitioned  = "repartitioned"
+	CodeNoPartitioner  = "no_partitioner"
+	CodeKeyNoPartition = "key_has_no_partition"
 )
 
 // ErrorBody is the body of every error answer.
@@ -87,6 +99,13 @@ type ErrorBody struct {
 	// Cursor is the table's current cursor, on a 410 cursor_gone: a feed
 	// may start from it (after a list that reads at it or later).
 	Cursor string `json:"cursor,omitempty"`
+
+	// Partition is the key's partition, on a 421 key_not_here; a pointer,
+	// for partition 0 is one. PartitionSet is the table's partitions, on
+	// a 421 key_not_here and on a subset table's 404 key_not_found (with
+	// HeaderPartial).
+	Partition    *int32  `json:"partition,omitempty"`
+	PartitionSet []int32 `json:"partition_set,omitempty"`
 }
 
 // ReadyTable is one table in /readyz's answer.

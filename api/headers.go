@@ -25,4 +25,8 @@ const (
 	// HeaderBackupTxID is the id of the read transaction a backup copied:
 	// the database's state it is.
 	HeaderBackupTxID = "Kmaterialize-Backup-Txid"
+	// HeaderPartial is "true" on a 404 key_not_found of a table that holds
+	// some of its topic's partitions and has no partitioner: the key may
+	// be in a partition another daemon holds (docs/shards.md).
+	HeaderPartial = "Kmaterialize-Partial"
 )

@@ -67,6 +67,49 @@ type Table struct {
 	SkippedRuns int64
 	// Follow is a followed table's follower; nil when not followed.
 	Follow *Follow
+
+	// Shard says which of its topic's partitions the table holds and how
+	// a key's partition is found (docs/shards.md); a client that routes
+	// keys reads it. Never nil on an answer of the daemon.
+	Shard *Shard
+}
+
+// Shard is how a table covers its topic's partitions.
+type Shard struct {
+	// Subset is true for a table configured over some of its topic's
+	// partitions (`partitions:`), a shard; false for one over them all.
+	Subset bool `json:"subset"`
+	// PartitionSet are the partitions the table holds, sorted: the
+	// configured subset, or for a table over all partitions those of its
+	// checkpoint (empty before its first publish).
+	PartitionSet []int32 `json:"partition_set"`
+	// PartitionsOfTopic is the topic's partition count when the table's
+	// positions were captured, as recorded in its checkpoint (0: unknown,
+	// not yet built or built before it was recorded).
+	PartitionsOfTopic int32 `json:"partitions_of_topic"`
+	// Partitioner is the producers' partitioner the table is configured
+	// with (package partition's names), "" when none: then the daemon
+	// cannot tell which partition a key is in, and a subset table
+	// answers a key it lacks 404 with HeaderPartial.
+	Partitioner string `json:"partitioner,omitempty"`
+	// Repartitioned is true once the daemon saw the topic with another
+	// partition count than PartitionsOfTopic while the table is a subset:
+	// its keys may be in other partitions than their hash says, so key
+	// reads answer 409 CodeRepartitioned until it is dropped and rebuilt
+	// (docs/shards.md). LiveCount is the count it saw.
+	Repartitioned bool  `json:"repartitioned,omitempty"`
+	LiveCount     int32 `json:"live_partitions_of_topic,omitempty"`
+}
+
+// KeyPartition answers GET /v1/tables/{table}/partition?key=K: the
+// partition the table's partitioner puts the key in, and whether this
+// daemon's table holds it.
+type KeyPartition struct {
+	Table             string `json:"table"`
+	Partitioner       string `json:"partitioner"`
+	PartitionsOfTopic int32  `json:"partitions_of_topic"`
+	Partition         int32  `json:"partition"`
+	Held              bool   `json:"held"`
 }
 
 // tableWire is Table as the daemon sends it, field for field in its order.
@@ -102,6 +145,7 @@ type tableWire struct {
 	Until                *Bound            `json:"until,omitempty"`
 	Changes              *Changes          `json:"changes,omitempty"`
 	Kept                 []KeptGeneration  `json:"kept,omitempty"`
+	Shard                *Shard            `json:"shard,omitempty"`
 }
 
 // MarshalJSON writes t as the daemon sends it: the published generation's
@@ -112,7 +156,7 @@ func (t Table) MarshalJSON() ([]byte, error) {
 		UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: nanoTime(t.CheckpointCapturedAt),
 		LastError: t.LastError, NextRun: secondTime(t.NextRun), Run: t.Run, SkippedRuns: t.SkippedRuns,
 		SkippedByReason: t.SkippedByReason, Empty: t.Empty, Extra: t.Extra, Follow: t.Follow,
-		Until: t.Until, Changes: t.Changes, Kept: t.Kept}
+		Until: t.Until, Changes: t.Changes, Kept: t.Kept, Shard: t.Shard}
 	if t.Schedule != "" {
 		w.Schedule = &t.Schedule
 	}
@@ -139,7 +183,7 @@ func (t *Table) UnmarshalJSON(b []byte) error {
 		Skipped: deref(w.Skipped), SkippedByReason: w.SkippedByReason, Empty: w.Empty, Extra: w.Extra,
 		EndMark: w.EndMark, Partitions: w.Partitions, UpdatesSinceRebuild: w.UpdatesSinceRebuild,
 		Until: w.Until, Changes: w.Changes, Kept: w.Kept, LastError: w.LastError, Run: w.Run,
-		SkippedRuns: w.SkippedRuns, Follow: w.Follow}
+		SkippedRuns: w.SkippedRuns, Follow: w.Follow, Shard: w.Shard}
 	var err error
 	if t.BuiltAt, err = parseTime("built_at", w.BuiltAt); err != nil {
 		return err

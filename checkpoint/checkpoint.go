@@ -40,6 +40,11 @@ var (
 	// checkpoint without it), and when the broker reported no topic ID:
 	// Load reads it as the zero ID (unknown).
 	keyTopicID = []byte("topic_id")
+	// keyPartitionsOfTopic and keySubset are absent in checkpoints saved
+	// before they existed (and, for keySubset, in those of a table over
+	// all partitions): Load reads them as 0 (unknown) and false.
+	keyPartitionsOfTopic = []byte("partitions_of_topic")
+	keySubset            = []byte("subset")
 )
 
 const topicIDLen = 16 // a KIP-516 topic ID (a UUID)
@@ -89,6 +94,14 @@ type Checkpoint struct {
 	// (a broker or protocol without topic IDs, a checkpoint saved before
 	// the field existed, an import): never saved, never a mismatch.
 	TopicID [16]byte
+	// PartitionsOfTopic is the topic's partition count when the marks
+	// were captured; 0 when unknown (saved before the field existed, an
+	// import). A shard's keys are where their hash says only while the
+	// count stays this one (docs/shards.md).
+	PartitionsOfTopic int32
+	// Subset is true when Partitions are a configured subset of the
+	// topic's (a shard's), not all it had.
+	Subset bool
 }
 
 // Save replaces table's checkpoint with cp in tx, which must be writable.
@@ -132,6 +145,16 @@ func Save(tx *bolt.Tx, table string, cp Checkpoint) error {
 			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
 		}
 	}
+	if cp.PartitionsOfTopic > 0 {
+		if err := tb.Put(keyPartitionsOfTopic, binary.BigEndian.AppendUint32(nil, uint32(cp.PartitionsOfTopic))); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+		}
+	}
+	if cp.Subset {
+		if err := tb.Put(keySubset, []byte{1}); err != nil {
+			return fmt.Errorf("save checkpoint of table %q: %w", table, err)
+		}
+	}
 	pb, err := tb.CreateBucket(bucketPartitions)
 	if err != nil {
 		return fmt.Errorf("save checkpoint of table %q: %w", table, err)
@@ -169,6 +192,9 @@ func validate(table string, cp Checkpoint) error {
 	}
 	if cp.Updates < 0 {
 		return bad("negative update count %d", cp.Updates)
+	}
+	if cp.PartitionsOfTopic < 0 {
+		return bad("negative partition count %d", cp.PartitionsOfTopic)
 	}
 	seen := make(map[int32]bool, len(cp.Partitions))
 	for _, p := range cp.Partitions {
@@ -228,6 +254,18 @@ func decode(tb *bolt.Bucket, table string) (cp Checkpoint, ok bool, err error) {
 			return Checkpoint{}, false, corrupt("topic_id has %d bytes, want %d", len(v), topicIDLen)
 		}
 		copy(cp.TopicID[:], v)
+	}
+	if v := tb.Get(keyPartitionsOfTopic); v != nil {
+		if len(v) != 4 || int32(binary.BigEndian.Uint32(v)) < 0 {
+			return Checkpoint{}, false, corrupt("partitions_of_topic is %x, want a 4-byte count", v)
+		}
+		cp.PartitionsOfTopic = int32(binary.BigEndian.Uint32(v))
+	}
+	if v := tb.Get(keySubset); v != nil {
+		if len(v) != 1 || v[0] != 1 {
+			return Checkpoint{}, false, corrupt("subset is %x, want 01", v)
+		}
+		cp.Subset = true
 	}
 	pb := tb.Bucket(bucketPartitions)
 	if pb == nil {

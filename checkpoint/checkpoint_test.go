@@ -238,3 +238,48 @@ func TestTopicID(t *testing.T) {
 		t.Fatalf("a 3-byte topic_id loaded: %v", err)
 	}
 }
+
+// TestShardFields: a shard's partition count and subset mark are saved and
+// loaded back; a table over all partitions with an unknown count writes
+// neither key; a malformed count is corrupt.
+func TestShardFields(t *testing.T) {
+	db := openTemp(t)
+	shard := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, PartitionsOfTopic: 6, Subset: true,
+		Partitions: []checkpoint.Partition{{Partition: 2, High: 3, End: 3}, {Partition: 4, High: 1, End: 1}}}
+	whole := checkpoint.Checkpoint{Topic: "events", EndMark: checkpoint.EndHigh, Partitions: []checkpoint.Partition{{Partition: 0, High: 3, End: 3}}}
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error {
+		if err := checkpoint.Save(tx, "shard", shard); err != nil {
+			return err
+		}
+		return checkpoint.Save(tx, "whole", whole)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]checkpoint.Checkpoint{"shard": shard, "whole": whole} {
+		if got, ok := load(t, db, name); !ok || !cmp.Equal(want, got) {
+			t.Fatalf("%s (-want +got):\n%s", name, cmp.Diff(want, got))
+		}
+	}
+	if err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(store.BucketCheckpoints).Bucket([]byte("whole"))
+		if b.Get([]byte("partitions_of_topic")) != nil || b.Get([]byte("subset")) != nil {
+			t.Errorf("a whole table with an unknown count stored shard keys")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bad := shard
+	bad.PartitionsOfTopic = -1
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return checkpoint.Save(tx, "bad", bad) }); !errors.Is(err, checkpoint.ErrInvalid) {
+		t.Fatalf("a negative count saved: %v", err)
+	}
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(store.BucketCheckpoints).Bucket([]byte("shard")).Put([]byte("partitions_of_topic"), []byte{1})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.View(func(tx *bolt.Tx) error { _, _, err := checkpoint.Load(tx, "shard"); return err }); !errors.Is(err, checkpoint.ErrInvalid) {
+		t.Fatalf("a 1-byte partitions_of_topic loaded: %v", err)
+	}
+}

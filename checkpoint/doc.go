@@ -29,6 +29,10 @@
 //	                read: 16 bytes, the UUID's most significant 8 first;
 //	                absent when unknown (a broker without topic IDs, an
 //	                import, a checkpoint saved before it existed)
+//	partitions_of_topic -> the topic's partition count when the marks
+//	                were captured: big-endian uint32; absent when unknown
+//	subset       -> 0x01 when partitions/ are a configured subset of the
+//	                topic's (a shard); absent for a table over all
 //	partitions/  -> 4-byte big-endian partition number ->
 //	                32 bytes: Low, Start, High, End, each a big-endian int64
 //
@@ -42,7 +46,8 @@
 // transaction. This package imports none of ours, so that store can: the
 // layout, the kept copy's included, has one owner.
 //
-// topic_id was added without a format version bump: a build that does not
+// topic_id, partitions_of_topic and subset were added without a format
+// version bump: a build that does not
 // know it ignores it, and its update, which rewrites the checkpoint, drops
 // it; the next publish by a build that knows it records it again.
 //

@@ -41,6 +41,8 @@ const (
 	FieldUntil              = "until"
 	FieldKeep               = "keep"
 	FieldMaxChange          = "max_change"
+	FieldPartitions         = "partitions"
+	FieldPartitioner        = "partitioner"
 )
 
 // Spec is a table's full definition: where its records come from, how they
@@ -115,6 +117,18 @@ type Spec struct {
 	// change more than this percentage of the table's keys
 	// (Options.MaxChange). Negative is invalid.
 	MaxChange *float64 `json:"max_change,omitempty"`
+
+	// Partitions, if not nil, are the topic's partitions the table holds
+	// (a shard, docs/shards.md), sorted, without duplicates: a rebuild,
+	// an update and a follow read only these, and a follow never adds the
+	// topic's new partitions. A partition the topic lacks fails the
+	// rebuild (exit 2). nil: all of them, as before.
+	Partitions []int32 `json:"partitions,omitempty"`
+	// Partitioner is the producers' partitioner (partition.Parse's
+	// canonical names), with which the daemon finds a key's partition;
+	// "" for none. Producers hash the serialized key, so it needs a raw
+	// KeyFormat.
+	Partitioner string `json:"partitioner,omitempty"`
 }
 
 // MaxReaders bounds Spec.Readers: each reader is a consumer with its own
