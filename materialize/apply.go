@@ -44,6 +44,10 @@ type applier struct {
 	// config is the topic's configuration as last read (at the start, then
 	// every CheckInterval).
 	config *replay.TopicConfig
+	// liveCount is the topic's partition count as the last refresh read
+	// it (0: not yet); a shard's running check compares it with the
+	// checkpoint's (Repartitioned).
+	liveCount int32
 
 	// pend is what was added and not yet committed (nil: nothing); owned
 	// by the apply loop.
@@ -113,7 +117,10 @@ func (a *applier) noteLive(m replay.LiveMarks) bool {
 	if m.TopicConfig != nil {
 		a.config = m.TopicConfig
 	}
-	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID)
+	if m.PartitionsOfTopic > 0 {
+		a.liveCount = m.PartitionsOfTopic
+	}
+	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID) || Repartitioned(a.cp, a.liveCount)
 }
 
 // checkRunning is the continuation check while following: the topic ID
@@ -126,10 +133,13 @@ func (a *applier) noteLive(m replay.LiveMarks) bool {
 func (a *applier) checkRunning() error {
 	a.liveMu.Lock()
 	known := recordedID(a.cp.TopicID, a.topicID)
-	liveID, tc := a.liveID, a.config
+	liveID, tc, count := a.liveID, a.config, a.liveCount
 	a.liveMu.Unlock()
 	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, liveID); err != nil {
 		return err
+	}
+	if Repartitioned(a.cp, count) {
+		return &RepartitionedError{Op: OpFollow, Table: a.table, Topic: a.spec.Topic, Recorded: a.cp.PartitionsOfTopic, Now: count}
 	}
 	if tc == nil {
 		return nil
@@ -473,6 +483,11 @@ func followCheckpoint(cp checkpoint.Checkpoint, positions, lows map[int32]int64)
 		cpp.High = max(cpp.High, pos)
 	}
 	slices.SortFunc(out.Partitions, func(a, b checkpoint.Partition) int { return int(a.Partition) - int(b.Partition) })
+	if n := len(out.Partitions); !out.Subset && n > 0 {
+		// A table over all partitions counts those it reads now; a
+		// shard keeps the count it was built at (Repartitioned).
+		out.PartitionsOfTopic = max(out.PartitionsOfTopic, out.Partitions[n-1].Partition+1)
+	}
 	return out
 }
 

@@ -41,6 +41,7 @@ func TestDefinitionChanges(t *testing.T) {
 		{"catalog removed", "Catalog", func(s *materialize.Spec) { s.Catalog = nil }, []string{materialize.FieldCatalog}},
 		{"catalog emptied", "Catalog", func(s *materialize.Spec) { s.Catalog = []string{} }, []string{materialize.FieldCatalog}},
 		{"allow_unknown_groups", "AllowUnknownGroups", func(s *materialize.Spec) { s.AllowUnknownGroups = true }, []string{materialize.FieldAllowUnknownGroups}},
+		{"partitions", "Partitions", func(s *materialize.Spec) { s.Partitions = []int32{0, 1} }, []string{materialize.FieldPartitions}},
 		{"two fields, in order", "", func(s *materialize.Spec) { s.AllowUnknownGroups = true; s.Topic = "other" },
 			[]string{materialize.FieldTopic, materialize.FieldAllowUnknownGroups}},
 	}
@@ -56,6 +57,8 @@ func TestDefinitionChanges(t *testing.T) {
 		{"keep", "Keep", func(s *materialize.Spec) { s.Keep = 3 }, nil},
 		{"max_change", "MaxChange", func(s *materialize.Spec) { s.MaxChange = &pct }, nil},
 		{"readers", "Readers", func(s *materialize.Spec) { s.Readers = 4 }, nil},
+		// Where a key is looked for, not which rows there are.
+		{"partitioner", "Partitioner", func(s *materialize.Spec) { s.Partitioner = "murmur2" }, nil},
 		// Spelled-out defaults and reordered sets are the same definition.
 		{"ignore_fields reordered", "", func(s *materialize.Spec) { s.IgnoreFields = []string{"via", "sent_at"} }, nil},
 		{"catalog reordered", "", func(s *materialize.Spec) { s.Catalog = []string{"b2", "b1"} }, nil},

@@ -235,6 +235,7 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 
 	rc := opts.Replay
 	rc.Topic = spec.Topic
+	rc.Partitions = spec.Partitions
 	rc.Log = log
 	if rc.StallTimeout <= 0 {
 		rc.StallTimeout = spec.StallTimeout

@@ -255,6 +255,11 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if opts.CPU != nil {
 		opts.Replay.CPU = opts.CPU
 	}
+	if opts.Replay.Partitions != nil {
+		if opts.Replay.Check, err = rebuildCheck(opts.DB, opts.Table, opts.Replay.Check); err != nil {
+			return Report{}, fmt.Errorf("rebuild table %q: %w", opts.Table, err)
+		}
+	}
 	opts.CPU.Run(func() {
 		res, rerr = replay.Run(rctx, opts.Replay, sink)
 		if rerr == nil && opts.CatchUp != nil {
@@ -308,7 +313,8 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 	if meta.Spec, err = encodeSpec(opts); err != nil {
 		return Report{Replay: res}, err
 	}
-	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt, TopicID: res.Plan.TopicID}
+	cp := checkpoint.Checkpoint{Topic: opts.Replay.Topic, EndMark: string(res.Plan.End), CapturedAt: res.Plan.CapturedAt, TopicID: res.Plan.TopicID,
+		PartitionsOfTopic: res.Plan.PartitionsOfTopic, Subset: opts.Replay.Partitions != nil}
 	for _, p := range res.Plan.Partitions {
 		cp.Partitions = append(cp.Partitions, checkpoint.Partition{
 			Partition: p.Partition, Low: p.Low, Start: p.Start, High: p.End, End: p.End,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/decode"
 	"github.com/kmaterialize/kmaterialize/fold"
+	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -260,6 +261,29 @@ func (s Spec) Validate() error {
 	if s.MaxChange != nil && (*s.MaxChange < 0 || *s.MaxChange != *s.MaxChange) {
 		return bad(FieldMaxChange, fmt.Sprint(*s.MaxChange), "must be a percentage, 0 or more", nil)
 	}
+	if s.Partitions != nil {
+		set := partition.FormatSet(s.Partitions)
+		if len(s.Partitions) == 0 {
+			return bad(FieldPartitions, "[]", "names no partition (leave it out for all)", nil)
+		}
+		for i, p := range s.Partitions {
+			if p < 0 || p > partition.MaxSetPartition || (i > 0 && p <= s.Partitions[i-1]) {
+				return bad(FieldPartitions, fmt.Sprint(s.Partitions), "want distinct partitions from 0 to "+fmt.Sprint(partition.MaxSetPartition)+", sorted (as "+set+")", nil)
+			}
+		}
+	}
+	if s.Partitioner != "" {
+		p, err := partition.Parse(s.Partitioner)
+		if err != nil {
+			return bad(FieldPartitioner, fmt.Sprintf("%q", s.Partitioner), err.Error(), err)
+		}
+		if string(p) != s.Partitioner {
+			return bad(FieldPartitioner, fmt.Sprintf("%q", s.Partitioner), fmt.Sprintf("write it as %q", p), nil)
+		}
+		if s.KeyFormat != "" && s.KeyFormat != decode.Raw {
+			return bad(FieldPartitioner, s.Partitioner, fmt.Sprintf("needs key_format raw, not %s: producers hash the serialized key bytes, which a decoded key no longer is", s.KeyFormat), nil)
+		}
+	}
 	return nil
 }
 
@@ -320,6 +344,7 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 			StallTimeout: s.StallTimeout,
 			Until:        replay.Until{Timestamp: s.UntilTimestamp, Offsets: s.ToOffsets},
 			Readers:      s.Readers,
+			Partitions:   slices.Clone(s.Partitions),
 			Log:          log,
 		},
 		Fold:       f,
@@ -336,12 +361,13 @@ func (s Spec) Options(db *store.DB, brokers string, props map[string]string, log
 // DefinitionChanges returns the config file's names of the fields of the
 // table's definition in which configured differs from stored, in a fixed
 // order (topic, fold, key_format, value_format, identity_field,
-// group_field, ignore_fields, catalog, allow_unknown_groups); nil when
+// group_field, ignore_fields, catalog, allow_unknown_groups, partitions); nil when
 // they agree. The definition is what decides which rows a record becomes:
 // a table whose stored definition differs from its configured one must be
 // rebuilt, never folded on two ways. The rest of a Spec (name, end,
 // stall_timeout, memory, readers, on_bad_record, allow_empty, keep, max_change,
-// until) says how a run goes, not what the table is, and is not compared.
+// until, partitioner) says how a run goes or how a key is found, not what
+// the table is, and is not compared.
 //
 // Defaults compare equal to their spelled-out values (fold "" and latest,
 // format "" and raw); ignore_fields and the catalog's names compare as
@@ -380,6 +406,9 @@ func DefinitionChanges(stored, configured Spec) []string {
 		{FieldIgnoreFields, slices.Equal(set(stored.IgnoreFields), set(configured.IgnoreFields))},
 		{FieldCatalog, sameSet(stored.Catalog, configured.Catalog)},
 		{FieldAllowUnknownGroups, stored.AllowUnknownGroups == configured.AllowUnknownGroups},
+		// Which partitions' records the rows are of; the partitioner
+		// says only where a key is looked for, and is not compared.
+		{FieldPartitions, (stored.Partitions == nil) == (configured.Partitions == nil) && slices.Equal(stored.Partitions, configured.Partitions)},
 	} {
 		if !f.same {
 			out = append(out, f.name)

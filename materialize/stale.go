@@ -97,10 +97,13 @@ func stale(op, table, topic string, p int32, reason string, args ...any) *StaleC
 // checkContinues is the continuation check of an update, a follower and a
 // rebuild's catch-up (their replay.Config.Check): it refuses, for op, a
 // plan the checkpoint cp does not continue, at time now. Its parts are
-// checkTopicID, checkPositions and checkRetention, in that order (a
+// checkTopicID, checkRepartition, checkPositions and checkRetention, in that order (a
 // recreated topic is named as such, not as a position past its end).
 func checkContinues(op, table string, cp checkpoint.Checkpoint, plan replay.Plan, now time.Time) error {
 	if err := checkTopicID(op, table, cp, plan.Topic, plan.TopicID); err != nil {
+		return err
+	}
+	if err := checkRepartition(op, table, cp, plan); err != nil {
 		return err
 	}
 	if err := checkPositions(op, table, cp, plan); err != nil {

@@ -301,7 +301,7 @@ func nextCheckpoint(cp checkpoint.Checkpoint, plan replay.Plan) checkpoint.Check
 		old[p.Partition] = p
 	}
 	next := checkpoint.Checkpoint{Topic: cp.Topic, EndMark: string(plan.End), CapturedAt: plan.CapturedAt, Updates: cp.Updates + 1,
-		TopicID: recordedID(cp.TopicID, plan.TopicID)}
+		TopicID: recordedID(cp.TopicID, plan.TopicID), PartitionsOfTopic: plan.PartitionsOfTopic, Subset: cp.Subset}
 	for _, p := range plan.Partitions {
 		start := p.Start
 		if o, ok := old[p.Partition]; ok {

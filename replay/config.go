@@ -87,6 +87,11 @@ type Config struct {
 	Stop map[int32]int64
 	// Until ends the replay before the end mark (default: no bound).
 	Until Until
+	// Partitions, when not nil, are the only partitions read (a shard's,
+	// sorted, without duplicates): the plan holds only these, and a
+	// follower never adds a partition the topic gains. One the topic
+	// lacks fails the capture with ErrPartitionsMissing. nil: all.
+	Partitions []int32
 	// StallTimeout bounds how long no partition may make progress, and how
 	// long metadata and ListOffsets may take. Default 30s.
 	StallTimeout time.Duration

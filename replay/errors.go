@@ -37,6 +37,9 @@ var (
 	ErrRecordsRemoved = errors.New("records removed under the replay")
 	// ErrKafka is returned for any other client error during the read.
 	ErrKafka = errors.New("kafka client error")
+	// ErrPartitionsMissing is returned when Config.Partitions names
+	// partitions the topic does not have.
+	ErrPartitionsMissing = errors.New("partitions missing from the topic")
 )
 
 // Error is a replay failure with where it happened. Partition and Offset are

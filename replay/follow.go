@@ -133,6 +133,11 @@ type LiveMarks struct {
 	// TopicConfig is DescribeConfigs' answer for Config.TopicConfigs when
 	// this refresh read them again (every ConfigRefresh), nil otherwise.
 	TopicConfig *TopicConfig
+	// PartitionsOfTopic is how many partitions the topic has, as this
+	// refresh's metadata reported it (0 when the metadata request
+	// failed). With Config.Partitions, Low, High and LSO hold only
+	// those; this counts them all, so that a shard sees its topic grow.
+	PartitionsOfTopic int32
 }
 
 // DefaultStableRefresh is FollowConfig.StableRefresh's default.
@@ -477,7 +482,7 @@ func (f *follower) refresh(ctx context.Context) {
 	// The configuration was read by capture at the start.
 	configRead := time.Now()
 	for {
-		marks, parts := readLive(ctx, f.cl.admin, f.c.Topic, timeout)
+		marks, parts := readLive(ctx, f.cl.admin, f.c.Topic, f.c.Partitions, timeout)
 		if len(f.c.TopicConfigs) > 0 && time.Since(configRead) >= f.c.ConfigRefresh {
 			marks.TopicConfig = describeTopicConfig(ctx, f.cl.admin, f.c.Topic, f.c.TopicConfigs, timeout)
 			configRead = time.Now()
@@ -520,13 +525,18 @@ func (f *follower) refresh(ctx context.Context) {
 }
 
 // readLive asks for topic's partitions, topic ID and live marks (retained
-// low, high watermark, last stable offset). On failure marks.Error says
-// why and its maps are nil.
-func readLive(ctx context.Context, admin *kafka.AdminClient, topic string, timeout time.Duration) (LiveMarks, []PartitionBounds) {
+// low, high watermark, last stable offset): of the partitions in keep, or
+// of all when keep is nil (the partitions returned are those too). On
+// failure marks.Error says why and its maps are nil.
+func readLive(ctx context.Context, admin *kafka.AdminClient, topic string, keep []int32, timeout time.Duration) (LiveMarks, []PartitionBounds) {
 	parts, id, err := describeTopic(ctx, admin, topic, timeout)
 	marks := LiveMarks{At: time.Now(), TopicID: id}
 	var lows, highs, lsos map[int32]int64
 	if err == nil {
+		marks.PartitionsOfTopic = int32(len(parts))
+		if keep != nil {
+			parts = slices.DeleteFunc(parts, func(pb PartitionBounds) bool { return !slices.Contains(keep, pb.Partition) })
+		}
 		plan := Plan{Topic: topic, Partitions: parts}
 		lows, err = listOffsets(ctx, admin, topic, timeout, plan, kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted)
 		if err == nil {
@@ -566,7 +576,7 @@ func WatchLive(ctx context.Context, c Config, refresh time.Duration, live func(L
 	t := time.NewTicker(refresh)
 	defer t.Stop()
 	for {
-		marks, _ := readLive(ctx, cl.admin, c.Topic, timeout)
+		marks, _ := readLive(ctx, cl.admin, c.Topic, c.Partitions, timeout)
 		if ctx.Err() != nil {
 			return nil
 		}

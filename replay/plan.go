@@ -42,6 +42,9 @@ type Plan struct {
 	// TopicID is the topic's ID (KIP-516) as metadata reported it; zero
 	// when the broker reports none.
 	TopicID TopicID
+	// PartitionsOfTopic is how many partitions the topic had at the
+	// capture, Config.Partitions or not.
+	PartitionsOfTopic int32
 }
 
 // TopicID is a topic's ID (KIP-516): a UUID that changes when a topic is
@@ -96,6 +99,12 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 	if err != nil {
 		return plan, err
 	}
+	plan.PartitionsOfTopic = int32(len(plan.Partitions))
+	if c.Partitions != nil {
+		if plan.Partitions, err = keepPartitions(c, plan.Partitions); err != nil {
+			return plan, err
+		}
+	}
 	for i := range plan.Partitions {
 		pb := &plan.Partitions[i]
 		pb.Start = pb.Low
@@ -108,6 +117,33 @@ func capture(ctx context.Context, cl *clients, c Config) (Plan, error) {
 		plan.TopicConfig = describeTopicConfig(ctx, cl.admin, c.Topic, c.TopicConfigs, c.StallTimeout)
 	}
 	return plan, nil
+}
+
+// keepPartitions returns the bounds of c.Partitions among parts, or an
+// ErrPartitionsMissing naming those the topic lacks.
+func keepPartitions(c Config, parts []PartitionBounds) ([]PartitionBounds, error) {
+	has := make(map[int32]PartitionBounds, len(parts))
+	all := make([]int32, 0, len(parts))
+	for _, pb := range parts {
+		has[pb.Partition] = pb
+		all = append(all, pb.Partition)
+	}
+	var kept []PartitionBounds
+	var missing []int32
+	for _, p := range c.Partitions {
+		pb, ok := has[p]
+		if !ok {
+			missing = append(missing, p)
+			continue
+		}
+		kept = append(kept, pb)
+	}
+	if len(missing) > 0 {
+		return nil, &Error{Op: "metadata", Topic: c.Topic, Partition: missing[0], Offset: -1, Kind: ErrPartitionsMissing,
+			Detail: fmt.Sprintf("the table's partitions %s are not in the topic, which has %d (%s)",
+				PartitionSet(missing), len(parts), PartitionSet(all))}
+	}
+	return kept, nil
 }
 
 // Marks discovers topic's partitions from metadata (never creating it) and

@@ -432,8 +432,11 @@ func (r *reader) deleted(cause error) *Error {
 // addedPartitions reports, as a warning, partitions that metadata lists now
 // but the replay did not capture at its start: the replay covers the
 // captured set only (its end marks were taken once). "" when there are none
-// or metadata cannot say.
+// or metadata cannot say, and for Config.Partitions.
 func (r *reader) addedPartitions(ctx context.Context) string {
+	if r.c.Partitions != nil {
+		return "" // a shard reads its partitions, never the topic's new ones
+	}
 	now, err := describe(ctx, r.cl.admin, r.c.Topic, min(r.c.StallTimeout, 5*time.Second))
 	if len(now) == 0 {
 		r.c.Log.Debug().Err(err).Str("topic", r.c.Topic).Msg("could not check for partitions added during the replay")

@@ -45,10 +45,12 @@ func exitCode(err error) int {
 		// Before the others: the panic's value may be any error.
 		return exitError
 	case isUsage(err), errors.Is(err, replay.ErrBadStart), errors.Is(err, replay.ErrBadEnd), errors.Is(err, replay.ErrBadProperty),
+		errors.Is(err, replay.ErrPartitionsMissing),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrUnknownTable), errors.Is(err, materialize.ErrBadSpec),
 		errors.As(err, new(*serve.ConfigError)), errors.Is(err, decode.ErrBadSetting), errors.Is(err, localkafka.ErrBadDevTopic):
 		return exitUsage
-	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty), errors.Is(err, materialize.ErrTooManyChanges):
+	case errors.Is(err, fold.ErrInvalidData), errors.Is(err, materialize.ErrWouldEmpty), errors.Is(err, materialize.ErrTooManyChanges),
+		errors.Is(err, materialize.ErrRepartitioned):
 		return exitConflict
 	case errors.Is(err, materialize.ErrStaleCheckpoint) && replay.NotAuthorized(err):
 		// A checkpoint that cannot be checked because the principal may
