@@ -28,6 +28,9 @@ type applier struct {
 	table string
 	gen   uint64
 	cp    checkpoint.Checkpoint
+	// shard is cp's Subset and PartitionsOfTopic, which no apply changes
+	// for a shard: what the refresh goroutine compares its count with.
+	shard checkpoint.Checkpoint
 	dec   *decode.Decoder // nil for raw keys and values
 	log   zerolog.Logger
 
@@ -120,7 +123,7 @@ func (a *applier) noteLive(m replay.LiveMarks) bool {
 	if m.PartitionsOfTopic > 0 {
 		a.liveCount = m.PartitionsOfTopic
 	}
-	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID) || Repartitioned(a.cp, a.liveCount)
+	return m.TopicConfig != nil || a.topicID.Differs(m.TopicID) || Repartitioned(a.shard, a.liveCount)
 }
 
 // checkRunning is the continuation check while following: the topic ID
@@ -138,8 +141,8 @@ func (a *applier) checkRunning() error {
 	if err := checkTopicID(OpFollow, a.table, checkpoint.Checkpoint{TopicID: known}, a.spec.Topic, liveID); err != nil {
 		return err
 	}
-	if Repartitioned(a.cp, count) {
-		return &RepartitionedError{Op: OpFollow, Table: a.table, Topic: a.spec.Topic, Recorded: a.cp.PartitionsOfTopic, Now: count}
+	if Repartitioned(a.shard, count) {
+		return &RepartitionedError{Op: OpFollow, Table: a.table, Topic: a.spec.Topic, Recorded: a.shard.PartitionsOfTopic, Now: count}
 	}
 	if tc == nil {
 		return nil

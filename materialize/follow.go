@@ -221,7 +221,8 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 		opts.Status.start(cp)
 	}
 	log := opts.Log.With().Str("table", table).Uint64("generation", meta.Generation).Logger()
-	a := &applier{opts: opts, spec: spec, table: table, gen: meta.Generation, cp: cp, log: log}
+	a := &applier{opts: opts, spec: spec, table: table, gen: meta.Generation, cp: cp, log: log,
+		shard: checkpoint.Checkpoint{Subset: cp.Subset, PartitionsOfTopic: cp.PartitionsOfTopic}}
 	dc := decode.Config{Topic: spec.Topic, Key: spec.KeyFormat, Value: spec.ValueFormat,
 		OnBadRecord: spec.OnBadRecord, Registry: opts.Registry}
 	if dc.Active() {
