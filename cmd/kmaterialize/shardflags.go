@@ -54,9 +54,14 @@ func shardSpec(c *cli.Context, s *materialize.Spec) error {
 		s.Partitioner = string(p)
 	}
 	if kf := s.KeyFormat; s.Partitioner != "" && kf != "" && kf != decode.Raw {
-		return &usageError{msg: fmt.Sprintf("--partitioner %s with key format %s: producers hash the serialized key bytes, "+
-			"and a table that decodes its keys stores them as canonical JSON, so a key's partition cannot be computed", s.Partitioner, kf),
-			hint: "--key-format raw, or leave --partitioner out"}
+		// Either may come from the config file's table.
+		what := "--partitioner " + s.Partitioner
+		if !c.IsSet("partitioner") {
+			what = "the config file's partitioner " + s.Partitioner
+		}
+		return &usageError{msg: fmt.Sprintf("%s with key format %s: producers hash the serialized key bytes, "+
+			"and a table that decodes its keys stores them as canonical JSON, so a key's partition cannot be computed", what, kf),
+			hint: "--key-format raw, or leave the partitioner out"}
 	}
 	return nil
 }
