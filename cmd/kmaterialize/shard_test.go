@@ -6,6 +6,7 @@ package main
 // tables and export show of them.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // shardConfig writes a config file whose table t (over topic) has the
@@ -258,5 +262,60 @@ func TestConfigPartitions(t *testing.T) {
 	checkTable(t, want, scanTable(t, otherDB, "t"))
 	if sd := tablesShards(t, "--db", otherDB)["t"]; sd.PartitionSet != "0-1" || sd.Partitioner != "consistent" {
 		t.Errorf("tables: %+v: want the flag's partition_set 0-1 and the file's partitioner", sd)
+	}
+}
+
+// TestShardRepartitioned: once the topic of a shard has more partitions
+// than its checkpoint recorded, update and rebuild are exit 3 naming both
+// counts and saying what to do, and the table keeps its rows (the oracle's
+// of its partitions before the change); dropped and rebuilt, the shard
+// records the new count. A table over all partitions of the same topic
+// updates as before, with the new partitions.
+func TestShardRepartitioned(t *testing.T) {
+	topic := newTopic(t, 2)
+	rng := newRand(t)
+	recs := produce(t, topic, genRecords(rng, []int32{0, 1}, 200))
+	db := dbPath(t)
+	mustCLI(t, 0, rebuildArgs(topic, db, "--table", "shard", "--partitions", "1")...)
+	mustCLI(t, 0, rebuildArgs(topic, db, "--table", "whole")...)
+
+	cl, err := broker.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 2, topic)
+	cl.Close()
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kafka creates partitions asynchronously: wait until they are listed.
+	waitFor(t, 30*time.Second, "the topic's 4 partitions", func() bool { return len(marksOf(t, topic)) == 4 })
+	recs = append(recs, produce(t, topic, genRecords(rng, []int32{0, 1, 2, 3}, 100))...)
+
+	for _, args := range [][]string{updateArgs(db, "shard"), rebuildArgs(topic, db, "--table", "shard", "--partitions", "1")} {
+		r := mustCLI(t, exitConflict, args...)
+		for _, w := range []string{`table "shard"`, "the topic has 4 partitions, the table's checkpoint 2", "drop the table and rebuild it"} {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr does not say %q:\n%s", args[0], w, r.stderr)
+			}
+		}
+	}
+	before := recs[:200]
+	want, _, _ := oracle(before, inSet(1))
+	checkTable(t, want, scanTable(t, db, "shard"))
+
+	mustCLI(t, 0, updateArgs(db, "whole")...)
+	wholeWant, _, _ := oracle(recs, nil)
+	checkTable(t, wholeWant, scanTable(t, db, "whole"))
+
+	mustCLI(t, 0, "drop", "--db", db, "--table", "shard")
+	mustCLI(t, 0, rebuildArgs(topic, db, "--table", "shard", "--partitions", "1")...)
+	want, _, _ = oracle(recs, inSet(1))
+	checkTable(t, want, scanTable(t, db, "shard"))
+	if sd := tablesShards(t, "--db", db)["shard"]; sd.PartitionSet != "1" || sd.PartitionsOfTopic != 4 {
+		t.Errorf("tables: %+v: want partition_set 1 of 4", sd)
 	}
 }
