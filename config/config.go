@@ -210,6 +210,10 @@ type fileTable struct {
 	MaxChange          *string  `yaml:"max_change"`
 	Memory             string   `yaml:"memory"`
 	Readers            int      `yaml:"readers"`
+	// Partitions and Partitioner make the table a shard (docs/shards.md):
+	// partitions.go.
+	Partitions  filePartitions `yaml:"partitions"`
+	Partitioner string         `yaml:"partitioner"`
 }
 
 // Load reads and checks the config file at path, expanding ${NAME} from the
@@ -448,6 +452,7 @@ var specFields = map[string]string{
 	materialize.FieldValueFormat: "value_format", materialize.FieldKeyFormat: "key_format",
 	materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max_change",
 	materialize.FieldMemory: "memory", materialize.FieldReaders: "readers",
+	materialize.FieldPartitions: "partitions", materialize.FieldPartitioner: "partitioner",
 }
 
 func (p *parser) table(i int, ft fileTable) (Table, error) {
@@ -530,6 +535,9 @@ func (p *parser) table(i int, ft fileTable) (Table, error) {
 		s.Memory = m
 	}
 	s.Readers = ft.Readers
+	if err := tablePartitions(&s, ft, bad); err != nil {
+		return t, err
+	}
 	if err := CheckSchedule(ft.Schedule); err != nil {
 		return t, bad("schedule", "%v", err)
 	}

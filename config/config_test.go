@@ -78,6 +78,8 @@ tables:
     keep: 3
     max_change: 12.5
     readers: 3
+    partitions: 0-2,5
+    partitioner: murmur2_random
   - name: votes
     topic: studio-votes
     fold: count
@@ -108,8 +110,8 @@ func TestLoadEveryField(t *testing.T) {
 		Tables: []config.Table{
 			{Line: 14, Schedule: "@every 10m", Spec: materialize.Spec{Name: "balances", Topic: "account-balances", Fold: "latest",
 				End: replay.EndStable, StallTimeout: 45 * time.Second, OnBadRecord: fold.SkipBadRecords, AllowEmpty: true,
-				Keep: 3, MaxChange: &maxChange, Readers: 3}},
-			{Line: 25, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
+				Keep: 3, MaxChange: &maxChange, Readers: 3, Partitions: []int32{0, 1, 2, 5}, Partitioner: "murmur2"}},
+			{Line: 27, Schedule: "*/5 * * * *", Catalog: filepath.Join(dir, "cat/booths.json"), Spec: materialize.Spec{
 				Name: "votes", Topic: "studio-votes", Fold: "count", IdentityField: "event_id", GroupField: "booth",
 				IgnoreFields: []string{"sent_at", "client"}, Catalog: []string{"b1", "b2", "b3"}, AllowUnknownGroups: true,
 				End: replay.EndHigh}},

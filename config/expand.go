@@ -138,6 +138,11 @@ func (p *parser) walkLiterals(v reflect.Value, path []string, field string) erro
 				sub = field + "." + name
 			}
 			next := append(path[:len(path):len(path)], name)
+			if name == "" {
+				// A field of a format type's own (filePartitions.Text)
+				// is its parent's value.
+				sub, next = field, path
+			}
 			if sf.Tag.Get("expand") == "env" {
 				// The values expand (in build); a map's keys do not.
 				if sf.Type.Kind() == reflect.Map {

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/kmaterialize/kmaterialize/config"
+	"github.com/kmaterialize/kmaterialize/decode"
+	"github.com/kmaterialize/kmaterialize/partition"
 )
 
 // fuzzEnv is the environment of the fuzz targets. B's value holds a
@@ -30,6 +32,11 @@ func FuzzParse(f *testing.F) {
 		"db: ${A\n", "db: ${}\n", "db: ${1}\n", "db: $$${A}\n",
 		"db: &x ${A}\nsocket_group: *x\n",
 		"kafka:\n  properties:\n    ${A}: v\n    $${A}: w\n    ${A}x: y\n",
+		"db: t.db\ntables:\n  - {name: a, topic: t, partitions: 0-5, partitioner: murmur2}\n  - {name: b, topic: t, partitions: [4, 0, 2], partitioner: consistent_random, key_format: raw}\n",
+		"db: t.db\ntables:\n  - name: a\n    topic: t\n    partitions: \"7, 0-2,9-11\"\n    partitioner: fnv1a\n  - name: b\n    topic: t\n    partitions:\n      - 3\n      - 1\n",
+		"db: t.db\ntables:\n  - {name: a, topic: t, partitions: &p [1, 2], key_format: json, partitioner: murmur2}\n  - {name: b, topic: t, partitions: *p}\n",
+		"db: t.db\ntables:\n  - {name: a, topic: t, partitions: [], partitioner: random}\n  - {name: b, topic: t, partitions: [0, [1]], partitioner: ${A}}\n",
+		"db: t.db\ntables:\n  - {name: a, topic: t, partitions: {0: 1}}\n  - {name: b, topic: t, partitions: 0-3,2}\n  - {name: c, topic: t, partitions: \"\"}\n",
 		"db: t.db\nfeed:\n  retain_bytes: 8MiB\n  retain_for: 1m\n  max_bytes: 16MiB\n  slow_watcher_bytes: 2MiB\n  spool_max_bytes: 1GiB\n  max_watchers: 3\n  heartbeat: 1s\n",
 	} {
 		f.Add([]byte(seed))
@@ -54,6 +61,27 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse error %v (%T): want a *config.Error with a line", err, err)
 			}
 			return
+		}
+		// A table's partitions are a set (sorted, distinct, in range) and
+		// its partitioner a canonical name, over raw keys only.
+		for _, tb := range c.Tables {
+			ps := tb.Spec.Partitions
+			if ps != nil && len(ps) == 0 {
+				t.Fatalf("table %s: an empty partition set", tb.Spec.Name)
+			}
+			for i, p := range ps {
+				if p < 0 || p > partition.MaxSetPartition || i > 0 && ps[i-1] >= p {
+					t.Fatalf("table %s: partitions %v are not a sorted set of partition numbers", tb.Spec.Name, ps)
+				}
+			}
+			if pp := tb.Spec.Partitioner; pp != "" {
+				if canon, err := partition.Parse(pp); err != nil || string(canon) != pp {
+					t.Fatalf("table %s: partitioner %q is not a canonical name", tb.Spec.Name, pp)
+				}
+				if kf := tb.Spec.KeyFormat; kf != "" && kf != decode.Raw {
+					t.Fatalf("table %s: partitioner %s over key_format %s", tb.Spec.Name, pp, kf)
+				}
+			}
 		}
 		// A field that does not expand holds a ${ only when the document
 		// wrote $${ (or an escape that decodes to it): the environment

@@ -100,6 +100,15 @@ func (s *shape) valueAt(use, n *yaml.Node, t reflect.Type, field string) *Error 
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	// A field of the format's own type (partitions:, which is a string
+	// or a list) takes the node itself; its errors are ours and quote
+	// nothing of the document.
+	if u, ok := reflect.New(t).Interface().(yaml.Unmarshaler); ok {
+		if err := u.UnmarshalYAML(n); err != nil {
+			return s.p.errorf(use.Line, field, "%v", err)
+		}
+		return nil
+	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
 		if n.Kind != yaml.MappingNode {

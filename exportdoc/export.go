@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
+	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/store"
 )
 
@@ -42,6 +44,14 @@ type header struct {
 	Until      *store.Bound           `json:"until,omitempty"`
 	Encoding   string                 `json:"encoding"`
 	Partitions []checkpoint.Partition `json:"partitions"`
+	// PartitionSet and PartitionsOfTopic are there for a table over a
+	// subset of its topic's partitions (a shard, docs/shards.md): the
+	// subset ("0-5") and the topic's count when its checkpoint was
+	// captured (0, absent: unknown). Partitioner is the producers'
+	// partitioner the table is defined with, when it has one.
+	PartitionSet      string `json:"partition_set,omitempty"`
+	PartitionsOfTopic int32  `json:"partitions_of_topic,omitempty"`
+	Partitioner       string `json:"partitioner,omitempty"`
 	// UpdatesSinceRebuild is how many incremental updates followed the
 	// table's last full rebuild (provenance, with Partitions).
 	UpdatesSinceRebuild int64            `json:"updates_since_rebuild"`
@@ -152,6 +162,9 @@ func writeDoc(m store.TableMeta, cp checkpoint.Checkpoint, rows func(fn func(k, 
 	}
 	if h.Partitions == nil {
 		h.Partitions = []checkpoint.Partition{}
+	}
+	if err := shard(&h, m, cp); err != nil {
+		return err
 	}
 	for k, v := range m.Extra {
 		h.Totals[k] = v
@@ -283,6 +296,21 @@ func WriteFileWith(path string, write func(io.Writer) error) (err error) {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("export to %s: fsync directory: %w", path, err)
+	}
+	return nil
+}
+
+// shard sets h's partition_set and partitions_of_topic for a table over
+// a subset of its topic's partitions, and its partitioner
+// (tableview.ShardOf).
+func shard(h *header, m store.TableMeta, cp checkpoint.Checkpoint) error {
+	sh, err := tableview.ShardOf(m, cp)
+	if err != nil {
+		return err
+	}
+	h.Partitioner = sh.Partitioner
+	if sh.Subset {
+		h.PartitionSet, h.PartitionsOfTopic = partition.FormatSet(sh.PartitionSet), sh.PartitionsOfTopic
 	}
 	return nil
 }

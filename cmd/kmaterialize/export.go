@@ -20,7 +20,8 @@ func exportCommand() *cli.Command {
 partition the retained low, the end mark, the start and the end position (the
 provenance, with updates_since_rebuild: the updates since the last full
 rebuild; and, for a rebuild with --until-timestamp or --to-offsets, the bound
-as "until"), the totals (records read and skipped, keys, and the fold's counters such as
+as "until"; for a table over a subset of its topic's partitions,
+partition_set and partitions_of_topic; its partitioner, when it has one), the totals (records read and skipped, keys, and the fold's counters such as
 logical events and duplicates folded), and the rows in key order. It has no
 wall-clock field and no generation number, so two rebuilds of the same frozen
 batch export byte-identical files.

@@ -36,7 +36,7 @@ var specFlags = map[string]string{
 	materialize.FieldOnBadRecord: "on-bad-record", materialize.FieldEnd: "end", materialize.FieldStallTimeout: "stall-timeout",
 	materialize.FieldValueFormat: "value-format", materialize.FieldKeyFormat: "key-format",
 	materialize.FieldUntil: "to-offsets", materialize.FieldKeep: "keep", materialize.FieldMaxChange: "max-change",
-	materialize.FieldReaders: "readers",
+	materialize.FieldReaders: "readers", materialize.FieldPartitions: "partitions", materialize.FieldPartitioner: "partitioner",
 }
 
 // tableSpec builds the table's definition from the rebuild flags. With
@@ -145,6 +145,9 @@ func tableSpec(c *cli.Context) (materialize.Spec, error) {
 				hint: "--" + f.name + " avro --schema-registry http://localhost:8081"}
 		}
 		*f.dst = format
+	}
+	if err := shardSpec(c, &s); err != nil {
+		return s, err
 	}
 	if err := s.Validate(); err != nil {
 		return s, specUsage(err)

@@ -63,6 +63,7 @@ about the size of the table's rows), and merged into the table at the end;
 the run files are removed when the rebuild ends, and by the next open after
 a crash.
 ` + decodeHelp + `
+` + shardHelp + `
 
 --until-timestamp T ends each partition at its first record whose timestamp
 is >= T (ListOffsets by timestamp, asked once at the start), so the table is
@@ -95,6 +96,8 @@ Examples:
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db asof.db --until-timestamp 2026-11-29T00:00:00Z
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --keep 3 --max-change 10
   $ kmaterialize rebuild --config /etc/kmaterialize.yaml --table balances
+  $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db shard-a.db \
+      --partitions 0-5 --partitioner murmur2
   $ KMATERIALIZE_SCHEMA_REGISTRY_USER=svc KMATERIALIZE_SCHEMA_REGISTRY_PASSWORD=... kmaterialize rebuild \
       --brokers localhost:9092 --topic orders --db orders.db --value-format avro --schema-registry http://localhost:8081
   $ kmaterialize rebuild --brokers localhost:9092 --topic account-balances --db balances.db --progress lines --progress-interval 30s
@@ -118,7 +121,7 @@ Examples:
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the rebuild to `FILE` (for the benchmark)"},
 			&cli.StringFlag{Name: "memory", Value: "256MiB", Usage: "bound `SIZE` (e.g. 64MiB, 1GiB; at least 1MiB) on the memory for records and rows; beyond it rows are sorted into run files beside the database"},
 			readersFlag(),
-		}, foldFlags()...),
+		}, append(foldFlags(), shardFlags()...)...),
 		Action: func(c *cli.Context) error {
 			o, err := newRebuildOptions(c)
 			if err != nil {

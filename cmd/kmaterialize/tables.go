@@ -15,6 +15,7 @@ import (
 	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/internal/tableview"
+	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -27,7 +28,10 @@ func tablesCommand() *cli.Command {
 		Description: `Lists each table: topic, fold, generation, number of keys, when it was built,
 how long it took, records read and skipped (by reason: null_key, empty_key,
 key_too_large, undecodable, unknown_group), the partitions it covers (those
-captured when its rebuild started), and per partition the start
+captured when its rebuild started; for a table over a subset of its topic's
+partitions, --partitions or partitions:, the set and the topic's partition
+count when it was captured; the producers' partitioner when it has one: see
+docs/shards.md), and per partition the start
 offset, the end mark (high watermark or LSO captured at start) and the end
 position reached; after kmaterialize update, where the table's data starts
 and ends, how many updates followed the last full rebuild and when the
@@ -113,6 +117,13 @@ type tableDoc struct {
 	// captured when its rebuild started, whatever was added since.
 	PartitionSet string                 `json:"partition_set"`
 	Partitions   []checkpoint.Partition `json:"partitions"`
+	// Subset and PartitionsOfTopic are there for a table over some of
+	// its topic's partitions (a shard: partitions:, --partitions), with
+	// the topic's count its checkpoint recorded (0: unknown);
+	// Partitioner for a table configured with one.
+	Subset            bool   `json:"subset,omitempty"`
+	PartitionsOfTopic int32  `json:"partitions_of_topic,omitempty"`
+	Partitioner       string `json:"partitioner,omitempty"`
 	// UpdatesSinceRebuild and CheckpointCapturedAt are the checkpoint's
 	// provenance (zero time: unknown, an imported table).
 	UpdatesSinceRebuild  int64     `json:"updates_since_rebuild"`
@@ -129,6 +140,12 @@ func tableDocOf(t api.Table) tableDoc {
 		Empty: t.Empty, Extra: t.Extra, Until: t.Until, Changes: t.Changes, EndMark: t.EndMark,
 		PartitionSet: partitionSet(t.Partitions), Partitions: checkpointPartitions(t.Partitions),
 		UpdatesSinceRebuild: t.UpdatesSinceRebuild, CheckpointCapturedAt: t.CheckpointCapturedAt}
+	if sh := t.Shard; sh != nil {
+		d.Partitioner = sh.Partitioner
+		if sh.Subset {
+			d.Subset, d.PartitionsOfTopic, d.PartitionSet = true, sh.PartitionsOfTopic, partition.FormatSet(sh.PartitionSet)
+		}
+	}
 	for _, k := range t.Kept {
 		d.Kept = append(d.Kept, tableDoc{Name: t.Name, Topic: k.Topic, Fold: k.Fold, Params: k.Params,
 			Generation: k.Generation, Keys: k.Keys, BuiltAt: k.BuiltAt, Duration: k.Duration, Records: k.Records,
@@ -171,6 +188,11 @@ func loadTables(db *store.DB) ([]api.Table, error) {
 			t, err := tableview.FromTx(tx, m)
 			if err != nil {
 				return err
+			}
+			if t.Shard == nil {
+				if t.Shard, err = storedShard(tx, m); err != nil {
+					return err
+				}
 			}
 			out = append(out, t)
 		}
@@ -226,6 +248,12 @@ func printTables(w io.Writer, path string, ts []api.Table) error {
 			fmt.Fprintf(tw, "  changes:\t%s\n", c)
 		}
 		fmt.Fprintf(tw, "  partitions:\t%s (%d)\n", partitionSet(t.Partitions), len(t.Partitions))
+		if s := shardText(t.Shard); s != "" {
+			fmt.Fprintf(tw, "  partition set:\t%s\n", s)
+		}
+		if t.Shard != nil && t.Shard.Partitioner != "" {
+			fmt.Fprintf(tw, "  partitioner:\t%s\n", t.Shard.Partitioner)
+		}
 		fmt.Fprintf(tw, "  end mark:\t%s%s\n", t.EndMark, untilText(t.Until))
 		captured := "unknown (imported)"
 		if !t.CheckpointCapturedAt.IsZero() {
