@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/partition"
 )
 
 // ErrImport is returned (as an *ImportError) when a document cannot be
@@ -53,6 +54,12 @@ type Header struct {
 	Partitions          []checkpoint.Partition `json:"partitions"`
 	UpdatesSinceRebuild int64                  `json:"updates_since_rebuild"`
 	Totals              map[string]int64       `json:"totals"`
+	// PartitionSet (read, sorted), PartitionsOfTopic and Partitioner are
+	// a shard's (docs/shards.md); nil, 0 and "" for a table over all
+	// partitions, or a document written before they existed.
+	PartitionSet      []int32 `json:"-"`
+	PartitionsOfTopic int32   `json:"partitions_of_topic"`
+	Partitioner       string  `json:"partitioner"`
 }
 
 // Reader reads an export document: its header first (NewReader), then its
@@ -80,6 +87,7 @@ func NewReader(r io.Reader, source string) (*Reader, error) {
 		return nil, bad("not an export document (want a JSON object)", err)
 	}
 	seen := map[string]bool{}
+	var set string // partition_set, read once the header is
 	for {
 		if !rd.dec.More() {
 			return nil, bad("the document has no rows member", nil)
@@ -118,6 +126,12 @@ func NewReader(r io.Reader, source string) (*Reader, error) {
 			dst = &rd.Header.UpdatesSinceRebuild
 		case "totals":
 			dst = &rd.Header.Totals
+		case "partition_set":
+			dst = &set
+		case "partitions_of_topic":
+			dst = &rd.Header.PartitionsOfTopic
+		case "partitioner":
+			dst = &rd.Header.Partitioner
 		default:
 			var skip json.RawMessage
 			dst = &skip
@@ -133,6 +147,16 @@ func NewReader(r io.Reader, source string) (*Reader, error) {
 		if !seen[m] {
 			return nil, bad(fmt.Sprintf("member %q is missing before the rows", m), nil)
 		}
+	}
+	if seen["partition_set"] {
+		ps, err := partition.ParseSet(set)
+		if err != nil {
+			return nil, bad(`member "partition_set"`, err)
+		}
+		rd.Header.PartitionSet = ps
+	}
+	if rd.Header.PartitionsOfTopic < 0 {
+		return nil, bad(fmt.Sprintf(`member "partitions_of_topic" is %d`, rd.Header.PartitionsOfTopic), nil)
 	}
 	switch rd.Header.Encoding {
 	case "utf-8":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kmaterialize/kmaterialize/checkpoint"
 	"github.com/kmaterialize/kmaterialize/exportdoc"
+	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/replay"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -71,17 +73,36 @@ func Import(ctx context.Context, o ImportOptions) (Report, error) {
 	case h.EndMark != checkpoint.EndHigh && h.EndMark != checkpoint.EndStable:
 		return Report{}, bad("end mark %q: want high or stable", h.EndMark)
 	}
-	spec := Spec{Name: table, Topic: h.Topic, Fold: FoldLatest, End: replay.EndMark(h.EndMark)}
+	spec := Spec{Name: table, Topic: h.Topic, Fold: FoldLatest, End: replay.EndMark(h.EndMark),
+		Partitions: h.PartitionSet, Partitioner: h.Partitioner}
+	if err := spec.Validate(); err != nil {
+		return Report{}, &exportdoc.ImportError{Source: o.Source, Reason: "the document's shard", Err: err}
+	}
 	if have, err := LoadSpec(o.DB, table); err == nil {
 		if have.Topic != h.Topic || (have.Fold != "" && have.Fold != FoldLatest) {
 			return Report{}, bad("table %q in %s is of topic %q, fold %q; the document is of topic %q, fold %q",
 				table, o.DB.Path(), have.Topic, foldName(have.Fold), h.Topic, h.Fold)
 		}
+		if (have.Partitions == nil) != (spec.Partitions == nil) || !slices.Equal(have.Partitions, spec.Partitions) {
+			return Report{}, bad("table %q in %s holds partitions %s of its topic; the document %s",
+				table, o.DB.Path(), setText(have.Partitions), setText(spec.Partitions))
+		}
 		spec = have
 	} else if !errors.Is(err, store.ErrTableNotFound) && !errors.Is(err, ErrNoSpec) {
 		return Report{}, err
 	}
-	cp := checkpoint.Checkpoint{Topic: h.Topic, EndMark: h.EndMark, Partitions: h.Partitions}
+	// A shard's document: its checkpoint's partitions are its set, and
+	// the count it recorded goes on deciding whether the topic still fits
+	// (Repartitioned).
+	cp := checkpoint.Checkpoint{Topic: h.Topic, EndMark: h.EndMark, Partitions: h.Partitions,
+		Subset: spec.Partitions != nil, PartitionsOfTopic: h.PartitionsOfTopic}
+	if cp.Subset {
+		for _, p := range cp.Partitions {
+			if !slices.Contains(spec.Partitions, p.Partition) {
+				return Report{}, bad("the document's positions name partition %d, outside its partition set %s", p.Partition, setText(spec.Partitions))
+			}
+		}
+	}
 	if err := checkpoint.Validate(table, cp); err != nil {
 		return Report{}, &exportdoc.ImportError{Source: o.Source, Reason: "the document's partitions", Err: err}
 	}
@@ -146,4 +167,12 @@ func foldName(f string) string {
 		return FoldLatest
 	}
 	return f
+}
+
+// setText names a table's partition set in messages: "all" for nil.
+func setText(ps []int32) string {
+	if ps == nil {
+		return "all"
+	}
+	return partition.FormatSet(ps)
 }

@@ -178,6 +178,8 @@ func TestShardSpec(t *testing.T) {
 		{materialize.Spec{Topic: "t", Partitioner: "random"}, materialize.FieldPartitioner, "ignores the key"},
 		{materialize.Spec{Topic: "t", Partitioner: "murmur2_random"}, materialize.FieldPartitioner, `write it as "murmur2"`},
 		{materialize.Spec{Topic: "t", Partitioner: "murmur2", KeyFormat: "json"}, materialize.FieldPartitioner, "serialized key bytes"},
+		{materialize.Spec{Topic: "t", Fold: materialize.FoldCount, IdentityField: "id", GroupField: "g", Partitions: []int32{0}}, materialize.FieldPartitions, "partial counts"},
+		{materialize.Spec{Topic: "t", Fold: materialize.FoldCount, IdentityField: "id", GroupField: "g", Partitioner: "murmur2"}, materialize.FieldPartitioner, "partial counts"},
 	} {
 		err := tc.spec.Validate()
 		var se *materialize.SpecError

@@ -261,6 +261,13 @@ func (s Spec) Validate() error {
 	if s.MaxChange != nil && (*s.MaxChange < 0 || *s.MaxChange != *s.MaxChange) {
 		return bad(FieldMaxChange, fmt.Sprint(*s.MaxChange), "must be a percentage, 0 or more", nil)
 	}
+	if s.Fold == FoldCount && (s.Partitions != nil || s.Partitioner != "") {
+		field := FieldPartitions
+		if s.Partitions == nil {
+			field = FieldPartitioner
+		}
+		return bad(field, "", "applies to fold latest only: a count table's rows are groups counted over every partition, so a shard would hold partial counts under the same keys as the others", nil)
+	}
 	if s.Partitions != nil {
 		set := partition.FormatSet(s.Partitions)
 		if len(s.Partitions) == 0 {

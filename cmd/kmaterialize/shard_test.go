@@ -319,3 +319,36 @@ func TestShardRepartitioned(t *testing.T) {
 		t.Errorf("tables: %+v: want partition_set 1 of 4", sd)
 	}
 }
+
+// TestImportShard: a shard's export imported into another database is the
+// same shard (its export is the same document: set, count, partitioner,
+// rows), and an update of it reads only its partitions; importing it over
+// a table of other partitions is exit 2.
+func TestImportShard(t *testing.T) {
+	topic := newTopic(t, 4)
+	rng := newRand(t)
+	all := []int32{0, 1, 2, 3}
+	recs := produce(t, topic, genRecords(rng, all, 300))
+	src, dst := dbPath(t), dbPath(t)
+	mustCLI(t, 0, rebuildArgs(topic, src, "--table", "shard", "--partitions", "0,2", "--partitioner", "fnv1a")...)
+	doc := filepath.Join(t.TempDir(), "shard.json")
+	mustCLI(t, 0, "export", "--db", src, "--table", "shard", "--out", doc)
+	mustCLI(t, 0, "import", "--db", dst, "--in", doc)
+	if a, b := exportBytes(t, src, "shard"), exportBytes(t, dst, "shard"); a != b {
+		t.Fatalf("the imported shard's export differs:\n%s\n---\n%s", a, b)
+	}
+	if sd := tablesShards(t, "--db", dst)["shard"]; sd.PartitionSet != "0,2" || !sd.Subset || sd.PartitionsOfTopic != 4 || sd.Partitioner != "fnv1a" {
+		t.Errorf("tables of the import: %+v: want partition_set 0,2 of 4, partitioner fnv1a", sd)
+	}
+	recs = append(recs, produce(t, topic, genRecords(rng, all, 200))...)
+	mustCLI(t, 0, updateArgs(dst, "shard")...)
+	want, _, _ := oracle(recs, inSet(0, 2))
+	checkTable(t, want, scanTable(t, dst, "shard"))
+
+	other := dbPath(t)
+	mustCLI(t, 0, rebuildArgs(topic, other, "--table", "shard", "--partitions", "1")...)
+	r := mustCLI(t, exitUsage, "import", "--db", other, "--in", doc)
+	if w := "holds partitions 1 of its topic; the document 0,2"; !strings.Contains(r.stderr, w) {
+		t.Errorf("stderr does not say %q:\n%s", w, r.stderr)
+	}
+}
