@@ -52,6 +52,9 @@ func FuzzImportDocument(f *testing.F) {
 		strings.Replace(good, `"rows": {"k1": "v1", "k2": ""}`, `"rows": {}, "extra": 1`, 1),
 		good + "trailing", `{"rows": {}}`, `[]`, `{"format": 1, "format": 1}`, "",
 		strings.Replace(good, `"v1"`, `1`, 1), strings.Replace(good, `"utf-8"`, `"base64"`, 1),
+		// A shard's members.
+		strings.Replace(good, `"encoding"`, `"partition_set": "0,2-3", "partitions_of_topic": 4, "partitioner": "murmur2", "encoding"`, 1),
+		strings.Replace(good, `"encoding"`, `"partition_set": "3-1", "partitions_of_topic": -1, "encoding"`, 1),
 	} {
 		f.Add([]byte(s))
 	}
