@@ -142,10 +142,25 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	var rs readState
 	var val []byte
 	found := false
+	var sh *api.Shard
+	where, part := keyMayBeHere, int32(0)
 	err := s.readWhenReached(w, r, db, table, wq, func() error {
 		return db.ReadTable(table, func(snap *store.Snapshot) error {
 			if err := rs.load(snap); err != nil {
 				return err
+			}
+			st, err := loadShard(snap, false)
+			if err != nil {
+				return err
+			}
+			sh = nil
+			if where = keyMayBeHere; st.subset {
+				// A key elsewhere is answered at once: no position
+				// this shard reaches would bring it here.
+				sh = s.shard(table, &st)
+				if where, part = place(sh, key); where == keyNotHere || where == keyRepartition {
+					return nil
+				}
 			}
 			if err := wq.check(table, rs); err != nil {
 				return err
@@ -168,6 +183,9 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setReadHeaders(w, table, rs)
+	if keyElsewhere(w, table, key, found, sh, where, part) {
+		return
+	}
 	if !found {
 		writeError(w, http.StatusNotFound, api.CodeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
 		return

@@ -46,13 +46,17 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 		t.Topic, t.Fold = def.Topic, def.Fold
 	}
 	published := false
+	var stored storedShard
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		published = true
 		if err := rs.load(snap); err != nil {
 			return err
 		}
 		var err error
-		t, err = tableview.FromSnapshot(snap)
+		if t, err = tableview.FromSnapshot(snap); err != nil {
+			return err
+		}
+		stored, err = loadShard(snap, true)
 		return err
 	})
 	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
@@ -94,6 +98,11 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 	}
 	if next := s.nextRun(table); next != nil {
 		t.NextRun = *next
+	}
+	if published {
+		t.Shard = s.shard(table, &stored)
+	} else {
+		t.Shard = s.shard(table, nil)
 	}
 	return t, rs, true, nil
 }
