@@ -2,12 +2,15 @@ package serve
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/store"
 )
@@ -108,7 +111,7 @@ func (s *Server) shard(table string, st *storedShard) *api.Shard {
 	}
 	if out.Subset {
 		fv, followed := s.followInfo(table)
-		if live := liveCount(fv, followed, last, out.PartitionsOfTopic); live != 0 && live != out.PartitionsOfTopic {
+		if live := liveCount(fv, followed, last); live != 0 && live != out.PartitionsOfTopic {
 			out.Repartitioned, out.LiveCount = true, live
 		}
 	}
@@ -116,14 +119,32 @@ func (s *Server) shard(table string, st *storedShard) *api.Shard {
 }
 
 // liveCount is the topic's partition count as the daemon last saw it
-// live, 0 when it has not: from the follower's live marks, or from a run
-// or follower that failed because the count changed.
-func liveCount(fv followView, followed bool, last *runResult, recorded int32) int32 {
-	// Filled in with the follower's live marks and
-	// materialize.ErrRepartitioned (the lead's replay and materialize
-	// changes).
-	_, _, _, _ = fv, followed, last, recorded
-	return 0
+// live, 0 when it has not: a shard's follower stops, and its rebuilds and
+// updates fail, with a *materialize.RepartitionedError once the topic's
+// count differs from the checkpoint's (materialize reads it from the live
+// marks, replay.LiveMarks.PartitionsOfTopic). The follower's error is the
+// newer when both are there.
+func liveCount(fv followView, followed bool, last *runResult) int32 {
+	type failure struct {
+		err error
+		at  time.Time
+	}
+	var fs []failure
+	if followed && fv.err != nil {
+		fs = append(fs, failure{fv.err, fv.errAt})
+	}
+	if last != nil && last.Err != nil {
+		fs = append(fs, failure{last.Err, last.Ended})
+	}
+	var live int32
+	var at time.Time
+	for _, f := range fs {
+		var re *materialize.RepartitionedError
+		if errors.As(f.err, &re) && (live == 0 || f.at.After(at)) {
+			live, at = re.Now, f.at
+		}
+	}
+	return live
 }
 
 // keyPlace is where a key read stands with a table's shard.
