@@ -144,6 +144,7 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	found := false
 	var sh *api.Shard
 	where, part := keyMayBeHere, int32(0)
+	ss := s.shardStateOf(table)
 	err := s.readWhenReached(w, r, db, table, wq, func() error {
 		return db.ReadTable(table, func(snap *store.Snapshot) error {
 			if err := rs.load(snap); err != nil {
@@ -157,7 +158,7 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 			if where = keyMayBeHere; st.subset {
 				// A key elsewhere is answered at once: no position
 				// this shard reaches would bring it here.
-				sh = s.shard(table, &st)
+				sh = ss.shard(&st)
 				if where, part = place(sh, key); where == keyNotHere || where == keyRepartition {
 					return nil
 				}

@@ -88,32 +88,60 @@ func loadShard(snap *store.Snapshot, full bool) (storedShard, error) {
 	return st, nil
 }
 
-// shard is table's api.Shard: what the published generation holds (st;
-// nil while nothing is published: then the configured definition's), with
-// the configured partitioner, and whether the daemon has seen the topic
-// with another partition count than the one recorded.
-func (s *Server) shard(table string, st *storedShard) *api.Shard {
+// shardState is what the daemon itself knows of a table's shard: the
+// configured definition, and the failures that may say the topic's
+// partition count changed. It is taken under Server.mu, before a key
+// read's transaction: the transaction then takes no lock.
+type shardState struct {
+	configured *materialize.Spec // nil: not configured with one
+	failures   []failure         // the follower's error, the last run's
+}
+
+// failure is an error of a table's follower or run, and when it came.
+type failure struct {
+	err error
+	at  time.Time
+}
+
+// shardStateOf reads table's shardState.
+func (s *Server) shardStateOf(table string) shardState {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out shardState
 	def, configured := s.tables[table]
-	var last *runResult
-	if rs := s.runs[table]; rs != nil {
-		last = rs.last
+	if configured {
+		out.configured = def.Spec
 	}
-	s.mu.Unlock()
+	if fs := s.follows[table]; configured && def.Follow != nil && fs != nil && fs.err != nil {
+		out.failures = append(out.failures, failure{fs.err, fs.errAt})
+	}
+	if rs := s.runs[table]; rs != nil && rs.last != nil && rs.last.Err != nil {
+		out.failures = append(out.failures, failure{rs.last.Err, rs.last.Ended})
+	}
+	return out
+}
+
+// shard is table's api.Shard (s.shardStateOf(table).shard(st)).
+func (s *Server) shard(table string, st *storedShard) *api.Shard {
+	return s.shardStateOf(table).shard(st)
+}
+
+// shard is the api.Shard of what the published generation holds (st;
+// nil while nothing is published: then the configured definition's),
+// with the configured partitioner, and whether the daemon has seen the
+// topic with another partition count than the one recorded.
+func (ss shardState) shard(st *storedShard) *api.Shard {
 	out := &api.Shard{PartitionSet: []int32{}}
 	if st != nil {
 		out.Subset, out.PartitionSet, out.PartitionsOfTopic, out.Partitioner = st.subset, st.set, st.partitionsOfTopic, st.partitioner
-	} else if configured && def.Spec != nil && def.Spec.Partitions != nil {
-		out.Subset, out.PartitionSet = true, slices.Clone(def.Spec.Partitions)
+	} else if ss.configured != nil && ss.configured.Partitions != nil {
+		out.Subset, out.PartitionSet = true, slices.Clone(ss.configured.Partitions)
 	}
-	if configured && def.Spec != nil && def.Spec.Partitioner != "" {
-		out.Partitioner = def.Spec.Partitioner
+	if ss.configured != nil && ss.configured.Partitioner != "" {
+		out.Partitioner = ss.configured.Partitioner
 	}
-	if out.Subset {
-		fv, followed := s.followInfo(table)
-		if live := liveCount(fv, followed, last); live != 0 && live != out.PartitionsOfTopic {
-			out.Repartitioned, out.LiveCount = true, live
-		}
+	if live := ss.liveCount(); out.Subset && live != 0 && live != out.PartitionsOfTopic {
+		out.Repartitioned, out.LiveCount = true, live
 	}
 	return out
 }
@@ -122,23 +150,11 @@ func (s *Server) shard(table string, st *storedShard) *api.Shard {
 // live, 0 when it has not: a shard's follower stops, and its rebuilds and
 // updates fail, with a *materialize.RepartitionedError once the topic's
 // count differs from the checkpoint's (materialize reads it from the live
-// marks, replay.LiveMarks.PartitionsOfTopic). The follower's error is the
-// newer when both are there.
-func liveCount(fv followView, followed bool, last *runResult) int32 {
-	type failure struct {
-		err error
-		at  time.Time
-	}
-	var fs []failure
-	if followed && fv.err != nil {
-		fs = append(fs, failure{fv.err, fv.errAt})
-	}
-	if last != nil && last.Err != nil {
-		fs = append(fs, failure{last.Err, last.Ended})
-	}
+// marks, replay.LiveMarks.PartitionsOfTopic). The newer failure counts.
+func (ss shardState) liveCount() int32 {
 	var live int32
 	var at time.Time
-	for _, f := range fs {
+	for _, f := range ss.failures {
 		var re *materialize.RepartitionedError
 		if errors.As(f.err, &re) && (live == 0 || f.at.After(at)) {
 			live, at = re.Now, f.at
