@@ -218,6 +218,19 @@ func TestShardKeyReads(t *testing.T) {
 		}
 	}
 
+	// A key elsewhere is answered at once, whatever min_positions asks
+	// for; a key here waits for them as on any table.
+	for _, k := range sortedShardKeys(o) {
+		r := c.get(t, "/v1/tables/shard/keys/"+url.PathEscape(k)+"?min_positions=0:999999")
+		if row := o[k]; held(row.partition) {
+			if r.status != http.StatusConflict || r.apiErr(t).Code != api.CodePositionsNotReached {
+				t.Errorf("shard key %s (partition %d) with min_positions out of reach: %d %s, want 409 positions_not_reached", k, row.partition, r.status, r.body)
+			}
+		} else if r.status != http.StatusMisdirectedRequest || r.apiErr(t).Code != api.CodeKeyNotHere {
+			t.Errorf("shard key %s (partition %d) with min_positions: %d %s, want 421 key_not_here", k, row.partition, r.status, r.body)
+		}
+	}
+
 	// The partition route's refusals.
 	for _, c2 := range []struct {
 		table, query string
