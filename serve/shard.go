@@ -2,11 +2,9 @@ package serve
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
@@ -89,18 +87,12 @@ func loadShard(snap *store.Snapshot, full bool) (storedShard, error) {
 }
 
 // shardState is what the daemon itself knows of a table's shard: the
-// configured definition, and the failures that may say the topic's
+// configured definition, and the newest failure that said the topic's
 // partition count changed. It is taken under Server.mu, before a key
 // read's transaction: the transaction then takes no lock.
 type shardState struct {
-	configured *materialize.Spec // nil: not configured with one
-	failures   []failure         // the follower's error, the last run's
-}
-
-// failure is an error of a table's follower or run, and when it came.
-type failure struct {
-	err error
-	at  time.Time
+	configured  *materialize.Spec // nil: not configured with one
+	repartition *materialize.RepartitionedError
 }
 
 // shardStateOf reads table's shardState.
@@ -108,15 +100,11 @@ func (s *Server) shardStateOf(table string) shardState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out shardState
-	def, configured := s.tables[table]
-	if configured {
+	if def, ok := s.tables[table]; ok {
 		out.configured = def.Spec
 	}
-	if fs := s.follows[table]; configured && def.Follow != nil && fs != nil && fs.err != nil {
-		out.failures = append(out.failures, failure{fs.err, fs.errAt})
-	}
-	if rs := s.runs[table]; rs != nil && rs.last != nil && rs.last.Err != nil {
-		out.failures = append(out.failures, failure{rs.last.Err, rs.last.Ended})
+	if rs := s.runs[table]; rs != nil {
+		out.repartition = rs.repartition
 	}
 	return out
 }
@@ -150,17 +138,14 @@ func (ss shardState) shard(st *storedShard) *api.Shard {
 // live, 0 when it has not: a shard's follower stops, and its rebuilds and
 // updates fail, with a *materialize.RepartitionedError once the topic's
 // count differs from the checkpoint's (materialize reads it from the live
-// marks, replay.LiveMarks.PartitionsOfTopic). The newer failure counts.
+// marks, replay.LiveMarks.PartitionsOfTopic); runState.noteFailure keeps
+// the newest. A table dropped and rebuilt since records that count: the
+// shard compares it with its own.
 func (ss shardState) liveCount() int32 {
-	var live int32
-	var at time.Time
-	for _, f := range ss.failures {
-		var re *materialize.RepartitionedError
-		if errors.As(f.err, &re) && (live == 0 || f.at.After(at)) {
-			live, at = re.Now, f.at
-		}
+	if ss.repartition == nil {
+		return 0
 	}
-	return live
+	return ss.repartition.Now
 }
 
 // keyPlace is where a key read stands with a table's shard.

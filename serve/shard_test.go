@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -307,7 +308,9 @@ func sortedShardKeys(o map[string]shardRow) []string {
 // of 4, murmur2) and a followed table over all partitions ("all") of the
 // same topic; the topic grows to 6 partitions (CreatePartitions). The
 // subset table shows repartitioned with the live count, its key reads and
-// partition route answer 409 repartitioned and /readyz names it; "all"
+// partition route answer 409 repartitioned and /readyz names it; a shard
+// not followed ("once", partitions 2,3) shows it once its next rebuild has
+// failed naming both counts, and answers 409 from then on; "all"
 // picks up the new partitions and answers every key of the oracle,
 // records written to the new partitions included.
 func TestShardRepartitioned(t *testing.T) {
@@ -319,7 +322,8 @@ func TestShardRepartitioned(t *testing.T) {
 	f := FollowSettings{MaxLag: 1 << 20}
 	cfg := baseConfig(t,
 		shardTable(materialize.Spec{Name: "shard", Topic: topic, Partitions: []int32{0, 1}, Partitioner: "murmur2"}, &f),
-		shardTable(materialize.Spec{Name: "all", Topic: topic}, &f))
+		shardTable(materialize.Spec{Name: "all", Topic: topic}, &f),
+		shardTable(materialize.Spec{Name: "once", Topic: topic, Partitions: []int32{2, 3}, Partitioner: "murmur2"}, nil))
 	d := start(t, cfg)
 	c := d.c
 	waitFor(t, "both tables published and following", 60*time.Second, func() bool { return c.get(t, "/readyz").status == http.StatusOK })
@@ -384,6 +388,20 @@ func TestShardRepartitioned(t *testing.T) {
 	}
 	if len(notReady) != 1 || notReady[0].Name != "shard" || !slices.Equal(notReady[0].PartitionSet, []int32{0, 1}) {
 		t.Errorf("/readyz after the growth: %d %s, want 503 naming shard with its partitions", r.status, r.body)
+	}
+
+	// A shard not followed learns it from its next run, which fails.
+	if tb := c.apiTable(t, "once"); tb.Shard.Repartitioned {
+		t.Errorf("once repartitioned before a run saw it: %+v", *tb.Shard)
+	}
+	if r := c.do(t, "POST", "/v1/tables/once/rebuild?wait=1", nil); r.status != http.StatusOK || !bytes.Contains(r.body, []byte("the topic has 6 partitions, the table's checkpoint 4")) {
+		t.Errorf("rebuild of once after the growth: %d %s, want its failure naming both counts", r.status, r.body)
+	}
+	if w, got := (api.Shard{Subset: true, PartitionSet: []int32{2, 3}, PartitionsOfTopic: 4, Partitioner: "murmur2", Repartitioned: true, LiveCount: 6}), *c.apiTable(t, "once").Shard; !cmp.Equal(w, got) {
+		t.Errorf("once after its failed rebuild: %s", cmp.Diff(w, got))
+	}
+	if r := c.get(t, "/v1/tables/once/keys/acct-1"); r.status != http.StatusConflict || r.apiErr(t).Code != api.CodeRepartitioned {
+		t.Errorf("once key after its failed rebuild: %d %s, want 409 repartitioned", r.status, r.body)
 	}
 
 	waitFor(t, "all over the 6 partitions", 60*time.Second, func() bool {
