@@ -66,13 +66,10 @@ func (s *Server) keyPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rs readState
-	var st storedShard
+	var stored *api.Shard
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
-		if err := rs.load(snap); err != nil {
-			return err
-		}
 		var err error
-		st, err = loadShard(snap, true)
+		stored, err = rs.loadWithShard(snap)
 		return err
 	})
 	if err != nil {
@@ -80,7 +77,7 @@ func (s *Server) keyPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setReadHeaders(w, table, rs)
-	sh := s.shard(table, &st)
+	sh := s.shard(table, stored)
 	n := sh.PartitionsOfTopic
 	if n < 1 && !sh.Subset {
 		// A table over all partitions checkpointed before the count

@@ -147,18 +147,15 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	ss := s.shardStateOf(table)
 	err := s.readWhenReached(w, r, db, table, wq, func() error {
 		return db.ReadTable(table, func(snap *store.Snapshot) error {
-			if err := rs.load(snap); err != nil {
-				return err
-			}
-			st, err := loadShard(snap, false)
+			stored, err := rs.loadWithShard(snap)
 			if err != nil {
 				return err
 			}
 			sh = nil
-			if where = keyMayBeHere; st.subset {
+			if where = keyMayBeHere; stored.Subset {
 				// A key elsewhere is answered at once: no position
 				// this shard reaches would bring it here.
-				sh = ss.shard(&st)
+				sh = ss.shard(stored)
 				if where, part = place(sh, key); where == keyNotHere || where == keyRepartition {
 					return nil
 				}

@@ -1,13 +1,13 @@
 package serve
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 
 	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/checkpoint"
+	"github.com/kmaterialize/kmaterialize/internal/tableview"
 	"github.com/kmaterialize/kmaterialize/materialize"
 	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -30,60 +30,22 @@ import (
 // producers place keys, which a rebuild does not change), else the stored
 // one.
 
-// storedShard is how the published generation covers its topic's
-// partitions, as the file records it.
-type storedShard struct {
-	subset bool
-	// set is the subset, or for a table over all partitions those of its
-	// checkpoint; nil when not loaded (a key read of a table over all).
-	set               []int32
-	partitionsOfTopic int32
-	partitioner       string
-}
-
-// loadShard reads how snap's table covers its topic's partitions. A key
-// read (full false) of a table whose stored definition says it is over
-// all partitions stops there: it needs nothing more, and the checkpoint is
-// not read for it.
-func loadShard(snap *store.Snapshot, full bool) (storedShard, error) {
-	var spec struct {
-		Partitions  []int32 `json:"partitions"`
-		Partitioner string  `json:"partitioner"`
-	}
-	m := snap.Meta
-	if len(m.Spec) > 0 {
-		if err := json.Unmarshal(m.Spec, &spec); err != nil {
-			return storedShard{}, fmt.Errorf("table %q: stored definition: %w: %v", m.Name, store.ErrCorrupt, err)
-		}
-	}
-	st := storedShard{subset: spec.Partitions != nil, partitioner: spec.Partitioner}
-	if !full && len(m.Spec) > 0 && !st.subset {
-		return st, nil
-	}
-	cp, ok, err := checkpoint.Load(snap.Tx, m.Name)
+// loadWithShard is rs.load that also returns how snap's table covers its
+// topic's partitions as the file records it (tableview.ShardOf), from the
+// one read of its checkpoint.
+func (rs *readState) loadWithShard(snap *store.Snapshot) (*api.Shard, error) {
+	cp, ok, err := checkpoint.Load(snap.Tx, snap.Meta.Name)
 	if err != nil {
-		return st, fmt.Errorf("checkpoint of table %q: %w", m.Name, err)
+		return nil, fmt.Errorf("table %q: positions: %w", snap.Meta.Name, err)
 	}
+	rs.gen, rs.positions = snap.Meta.Generation, nil
 	if ok {
-		// A table built without a stored definition (by a program
-		// that gave replay its partitions itself) is a subset when
-		// its checkpoint says so.
-		st.subset = st.subset || cp.Subset
-		st.partitionsOfTopic = cp.PartitionsOfTopic
-		if spec.Partitions == nil {
-			st.set = make([]int32, len(cp.Partitions))
-			for i, p := range cp.Partitions {
-				st.set[i] = p.Partition
-			}
+		rs.positions = make(api.Positions, len(cp.Partitions))
+		for _, p := range cp.Partitions {
+			rs.positions[p.Partition] = p.End
 		}
 	}
-	if spec.Partitions != nil {
-		st.set = slices.Clone(spec.Partitions)
-	}
-	if st.set == nil {
-		st.set = []int32{}
-	}
-	return st, nil
+	return tableview.ShardOf(snap.Meta, cp)
 }
 
 // shardState is what the daemon itself knows of a table's shard: the
@@ -109,19 +71,21 @@ func (s *Server) shardStateOf(table string) shardState {
 	return out
 }
 
-// shard is table's api.Shard (s.shardStateOf(table).shard(st)).
-func (s *Server) shard(table string, st *storedShard) *api.Shard {
-	return s.shardStateOf(table).shard(st)
+// shard is table's api.Shard (s.shardStateOf(table).shard(stored)).
+func (s *Server) shard(table string, stored *api.Shard) *api.Shard {
+	return s.shardStateOf(table).shard(stored)
 }
 
-// shard is the api.Shard of what the published generation holds (st;
-// nil while nothing is published: then the configured definition's),
-// with the configured partitioner, and whether the daemon has seen the
-// topic with another partition count than the one recorded.
-func (ss shardState) shard(st *storedShard) *api.Shard {
+// shard is the api.Shard of what the published generation holds (stored,
+// as the file records it; nil while nothing is published: then the
+// configured definition's), with the configured partitioner, and whether
+// the daemon has seen the topic with another partition count than the
+// one recorded.
+func (ss shardState) shard(stored *api.Shard) *api.Shard {
 	out := &api.Shard{PartitionSet: []int32{}}
-	if st != nil {
-		out.Subset, out.PartitionSet, out.PartitionsOfTopic, out.Partitioner = st.subset, st.set, st.partitionsOfTopic, st.partitioner
+	if stored != nil {
+		c := *stored
+		out = &c
 	} else if ss.configured != nil && ss.configured.Partitions != nil {
 		out.Subset, out.PartitionSet = true, slices.Clone(ss.configured.Partitions)
 	}

@@ -46,17 +46,14 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 		t.Topic, t.Fold = def.Topic, def.Fold
 	}
 	published := false
-	var stored storedShard
+	var stored *api.Shard
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		published = true
-		if err := rs.load(snap); err != nil {
-			return err
-		}
 		var err error
-		if t, err = tableview.FromSnapshot(snap); err != nil {
+		if stored, err = rs.loadWithShard(snap); err != nil {
 			return err
 		}
-		stored, err = loadShard(snap, true)
+		t, err = tableview.FromSnapshot(snap)
 		return err
 	})
 	if err != nil && !errors.Is(err, store.ErrTableNotFound) {
@@ -99,10 +96,6 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 	if next := s.nextRun(table); next != nil {
 		t.NextRun = *next
 	}
-	if published {
-		t.Shard = s.shard(table, &stored)
-	} else {
-		t.Shard = s.shard(table, nil)
-	}
+	t.Shard = s.shard(table, stored)
 	return t, rs, true, nil
 }
