@@ -113,4 +113,7 @@ type ReadyTable struct {
 	Name   string `json:"name"`
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
+	// PartitionSet are the partitions a table over a subset of its
+	// topic's holds (a shard): readiness speaks for those only.
+	PartitionSet []int32 `json:"partition_set,omitempty"`
 }

@@ -155,6 +155,11 @@ func bodyError(method, path string, resp *http.Response, body []byte) *Error {
 		if ae.Cursor != "" {
 			e.Read.Cursor = ae.Cursor // a 410 cursor_gone's: the table's now
 		}
+		if ae.Partition != nil {
+			e.Partition = *ae.Partition
+		}
+		e.PartitionSet = ae.PartitionSet
+		e.Partial = ae.Code == api.CodeKeyNotFound && resp.Header.Get(api.HeaderPartial) == "true"
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 	}

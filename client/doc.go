@@ -20,7 +20,12 @@
 // An error response of the API is an *Error carrying the HTTP status and
 // the API's code (CodeKeyNotFound, CodeTableNotFound, ...). A daemon that
 // cannot be reached at all (no socket file, nobody listening) is an error
-// that matches ErrUnreachable. Anything else (a response cut short, a body
+// that matches ErrUnreachable. A daemon holding a table over some of its
+// topic's partitions (a shard, docs/shards.md) answers a key of another
+// partition with CodeKeyNotHere (NotHere gives the key's partition and the
+// daemon's partition set), and, without a partitioner, an absent key with
+// a partial CodeKeyNotFound (IsPartial): the key may be on another daemon.
+// Anything else (a response cut short, a body
 // that does not decode) is returned as is, wrapped with the route.
 //
 // # Consistency

@@ -51,6 +51,15 @@ const (
 	CodeBadWait             = api.CodeBadWait
 	CodePositionsNotReached = api.CodePositionsNotReached
 	CodeTooManyWaiters      = api.CodeTooManyWaiters
+	// Shards (docs/shards.md): a key whose partition the table does not
+	// hold (421: Error.Partition and PartitionSet say which, ask a daemon
+	// that holds it), a table whose topic's partition count changed
+	// (409), a Partition of a table without a partitioner or of a key it
+	// does not place (400).
+	CodeKeyNotHere     = api.CodeKeyNotHere
+	CodeRepartitioned  = api.CodeRepartitioned
+	CodeNoPartitioner  = api.CodeNoPartitioner
+	CodeKeyNoPartition = api.CodeKeyNoPartition
 )
 
 // ErrUnreachable is matched (errors.Is) by the error of a request that
@@ -78,6 +87,15 @@ type Error struct {
 	// key_not_found, a 409 positions_not_reached: then Read.Positions
 	// are the table's current positions, from the body).
 	Read ReadInfo
+	// Partition is the key's partition on a 421 CodeKeyNotHere (0
+	// otherwise: read it with the code). PartitionSet are the partitions
+	// the table holds, on a 421 and on a partial 404.
+	Partition    int32
+	PartitionSet []int32
+	// Partial is true on a 404 CodeKeyNotFound of a table over a subset
+	// of its topic's partitions without a partitioner (api.HeaderPartial):
+	// the key may be in another daemon's partitions.
+	Partial bool
 }
 
 func (e *Error) Error() string {
@@ -95,6 +113,25 @@ func (e *Error) Error() string {
 func IsCode(err error, code string) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// NotHere returns the key's partition and the partitions the table holds
+// when err is (or wraps) a 421 CodeKeyNotHere: ask a daemon that holds
+// that partition.
+func NotHere(err error) (partition int32, set []int32, ok bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeKeyNotHere {
+		return e.Partition, e.PartitionSet, true
+	}
+	return 0, nil, false
+}
+
+// IsPartial reports whether err is (or wraps) a 404 CodeKeyNotFound of a
+// shard that cannot tell where the key is (Error.Partial): absent there,
+// the key may be held by another daemon.
+func IsPartial(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeKeyNotFound && e.Partial
 }
 
 // retryAfter parses a Retry-After in seconds (the only form the daemon

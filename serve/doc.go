@@ -28,6 +28,7 @@
 //	GET  /v1/tables/{table}/rows         JSON lines, as `scan --format jsonl`
 //	GET  /v1/tables/{table}/export       the document `kmaterialize export` writes
 //	GET  /v1/tables/{table}/count        {"count","generation"}
+//	GET  /v1/tables/{table}/partition    ?key=K&encoding=base64: {"table","partitioner","partitions_of_topic","partition","held"} (shard.go)
 //	POST .../keys/{key}, .../rows, .../count   as the GET, with {"min_positions": {"P": N}} as the body
 //	POST /v1/tables/{table}/rebuild      202 {"run": ID} (queued); ?wait=1 (through the queue): 200 {"run","exit_code","error","generation"}
 //	POST /v1/tables/{table}/cancel       200 {"run","phase"}: a queued run removed, a reading one cancelled
@@ -42,6 +43,14 @@
 //	POST /v1/compact                     the file rewritten without its free pages under the daemon: 200 {"before","after","paused_ms","swap_ms"} (maintain.go)
 //	GET  /v1/openapi.json                the OpenAPI document (api/openapi.json)
 //	GET  /healthz, /readyz, /metrics
+//
+// Every table answer carries "shard" (api.Shard): a table over a subset
+// of its topic's partitions (Spec.Partitions) is a shard, and its key
+// reads answer for its partitions only (shard.go): 421 key_not_here with
+// the key's partition when its partitioner puts the key elsewhere, 404
+// key_not_found with Kmaterialize-Partial and the partition set when it
+// has no partitioner, 409 repartitioned once the topic's partition count
+// changed. /readyz names a shard's partition set.
 //
 // Keys in the path are percent-encoded (a "/" in a key may be sent as is or
 // as %2F). The rows route takes prefix= and after= as raw key bytes
@@ -62,16 +71,18 @@
 // (positions.go).
 // Errors are {"error": "...", "code": "..."}, never a 5xx for bad input:
 //
-//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding, bad_positions, bad_wait, bad_cursor
+//	400 bad_request, bad_table_name, bad_key, bad_limit, bad_generation, bad_encoding, bad_positions, bad_wait, bad_cursor,
+//	    no_partitioner, key_has_no_partition (.../partition)
 //	401 unauthorized (TCP with AllowRemote: no bearer token, or an unknown one; WWW-Authenticate: Bearer)
 //	403 forbidden (TCP: a POST or DELETE without the admin token; a metrics token beyond /metrics)
 //	404 table_not_found, key_not_found, table_not_configured (rebuild), generation_not_found (rollback, diff), route_not_found,
 //	    no_run (cancel with nothing queued or going)
 //	405 method_not_allowed
-//	409 generation_gone, positions_not_reached (with "positions"), run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
+//	409 generation_gone, repartitioned, positions_not_reached (with "positions"), run_in_progress (with "run": the run queued or going), run_publishing (cancel past the replay),
 //	    table_followed (update of a followed table),
 //	    definition_changed (update of a table the config defines otherwise than it was built)
 //	410 cursor_gone (changes: a cursor the feed no longer keeps, or of an earlier epoch; with "positions" and "cursor")
+//	421 key_not_here (with "partition" and "partition_set")
 //	422 not_utf8 (ask with encoding=base64)
 //	503 table_not_ready (never published yet; with Retry-After), table_build_failed (its first build failed: reason,
 //	    exit_code, next_retry, attempts), not_ready (/readyz), shutting_down,

@@ -257,6 +257,7 @@ func (s *Server) followLoop(ctx context.Context, table string, def tableDef, fs 
 		}
 		s.mu.Lock()
 		fs.err, fs.errAt = err, s.now()
+		s.state(table).noteFailure(err)
 		s.mu.Unlock()
 		if errors.Is(err, store.ErrGenerationChanged) || errors.Is(err, materialize.ErrCheckpointMoved) {
 			// A rebuild published another generation, or another writer

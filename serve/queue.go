@@ -133,6 +133,7 @@ func (s *Server) endRunLocked(r *run, res runResult) {
 	st := s.state(r.table)
 	st.active = nil
 	st.last = &res
+	st.noteFailure(res.Err)
 	r.result = res
 	s.running--
 	s.dispatchLocked()

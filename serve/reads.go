@@ -142,10 +142,23 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	var rs readState
 	var val []byte
 	found := false
+	var sh *api.Shard
+	where, part := keyMayBeHere, int32(0)
+	ss := s.shardStateOf(table)
 	err := s.readWhenReached(w, r, db, table, wq, func() error {
 		return db.ReadTable(table, func(snap *store.Snapshot) error {
-			if err := rs.load(snap); err != nil {
+			stored, err := rs.loadWithShard(snap)
+			if err != nil {
 				return err
+			}
+			sh = nil
+			if where = keyMayBeHere; stored.Subset {
+				// A key elsewhere is answered at once: no position
+				// this shard reaches would bring it here.
+				sh = ss.shard(stored)
+				if where, part = place(sh, key); where == keyNotHere || where == keyRepartition {
+					return nil
+				}
 			}
 			if err := wq.check(table, rs); err != nil {
 				return err
@@ -168,6 +181,9 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setReadHeaders(w, table, rs)
+	if keyElsewhere(w, table, key, found, sh, where, part) {
+		return
+	}
 	if !found {
 		writeError(w, http.StatusNotFound, api.CodeKeyNotFound, (&store.KeyNotFoundError{Table: table, Key: key}).Error())
 		return

@@ -26,6 +26,16 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rt := api.ReadyTable{Name: n, State: t.State}
+		if sh := t.Shard; sh != nil && sh.Subset {
+			// A shard is ready for its partitions: say which.
+			rt.PartitionSet = sh.PartitionSet
+			if sh.Repartitioned {
+				rt.Reason = repartitionedMessage(n, sh)
+				notReady = append(notReady, rt)
+				tables = append(tables, rt)
+				continue
+			}
+		}
 		// While the file is compacted a follower waits, and its lag
 		// says nothing of the table: it is ready if published.
 		if fv, followed := s.followInfo(n); followed && t.Generation != 0 && s.maintaining() != maintCompact {

@@ -34,6 +34,7 @@ var routes = []route{
 	{"GET", "/v1/tables/{table}/rows", accessRead, (*Server).getRows},
 	{"GET", "/v1/tables/{table}/export", accessRead, (*Server).export},
 	{"GET", "/v1/tables/{table}/count", accessRead, (*Server).count},
+	{"GET", "/v1/tables/{table}/partition", accessRead, (*Server).keyPartition},
 	// A read whose min_positions are too many for its query sends them
 	// in a POST body (positions.go): still a read.
 	{"POST", "/v1/tables/{table}/keys/{key...}", accessRead, (*Server).getKey},

@@ -83,6 +83,19 @@ type runState struct {
 	// retry is the retry of a failed first build (retry.go); nil when none
 	// is planned.
 	retry *retryState
+	// repartition is the newest run or follower failure of a shard whose
+	// topic's partition count changed (shard.go); kept whatever fails or
+	// succeeds after it: the count does not change back.
+	repartition *materialize.RepartitionedError
+}
+
+// noteFailure keeps err when it says the table's topic was repartitioned.
+// Call with s.mu held.
+func (st *runState) noteFailure(err error) {
+	var re *materialize.RepartitionedError
+	if errors.As(err, &re) {
+		st.repartition = re
+	}
 }
 
 // state returns the table's run state, creating it. Call with s.mu held.

@@ -46,12 +46,13 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 		t.Topic, t.Fold = def.Topic, def.Fold
 	}
 	published := false
+	var stored *api.Shard
 	err := db.ReadTable(table, func(snap *store.Snapshot) error {
 		published = true
-		if err := rs.load(snap); err != nil {
+		var err error
+		if stored, err = rs.loadWithShard(snap); err != nil {
 			return err
 		}
-		var err error
 		t, err = tableview.FromSnapshot(snap)
 		return err
 	})
@@ -95,5 +96,6 @@ func (s *Server) describeAt(db *store.DB, table string) (api.Table, readState, b
 	if next := s.nextRun(table); next != nil {
 		t.NextRun = *next
 	}
+	t.Shard = s.shard(table, stored)
 	return t, rs, true, nil
 }

@@ -26,6 +26,7 @@ func TestDocumentListsTodaysRoutes(t *testing.T) {
 		{"GET", "/v1/tables/{table}/rows"},
 		{"GET", "/v1/tables/{table}/export"},
 		{"GET", "/v1/tables/{table}/count"},
+		{"GET", "/v1/tables/{table}/partition"},
 		{"POST", "/v1/tables/{table}/keys/{key...}"},
 		{"POST", "/v1/tables/{table}/rows"},
 		{"POST", "/v1/tables/{table}/count"},
