@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,12 @@ func TestPartitionCommandTable(t *testing.T) {
 	var recs []localkafka.Record
 	for p := int32(0); p < 4; p++ {
 		recs = append(recs, localkafka.Record{Partition: p, Key: []byte{'k', byte('0' + p)}, Value: []byte("v")})
+	}
+	// Two keys murmur2 places outside the shard's 0,1 (2 and 3), written
+	// where it places them.
+	for _, k := range []string{"acct-1", "acct-2"} {
+		p, _ := partition.Murmur2.Partition([]byte(k), 4)
+		recs = append(recs, localkafka.Record{Partition: p, Key: []byte(k), Value: []byte("v")})
 	}
 	produce(t, topic, recs)
 	s := newDaemonSetup(t, map[string]string{"plain": topic})
@@ -68,6 +76,30 @@ func TestPartitionCommandTable(t *testing.T) {
 	} {
 		if r := mustCLI(t, c.code, append([]string{"partition"}, c.args...)...); r.stdout != "" {
 			t.Errorf("partition %q printed %q", c.args, r.stdout)
+		}
+	}
+	// get through the daemon: a key murmur2 places in the shard's
+	// partitions is read (its value when the record is in them: these
+	// were written to chosen partitions); one it places elsewhere is
+	// exit 6 naming its partition and the way to read it (the 421).
+	for _, rec := range recs {
+		want, _ := partition.Murmur2.Partition(rec.Key, 4)
+		args := []string{"get", "--db", s.db, "--table", "shard", string(rec.Key)}
+		switch {
+		case want <= 1 && rec.Partition <= 1:
+			if r := mustCLI(t, exitOK, args...); r.stdout != "v\n" {
+				t.Errorf("get %s (partition %d): %q", rec.Key, want, r.stdout)
+			}
+			continue
+		case want <= 1:
+			mustCLI(t, exitNotFound, args...)
+			continue
+		}
+		r := mustCLI(t, exitNotFound, args...)
+		for _, w := range []string{fmt.Sprintf("partition %d", want), "--cluster"} {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("get %s: stderr does not say %q:\n%s", rec.Key, w, r.stderr)
+			}
 		}
 	}
 }

@@ -177,6 +177,12 @@ func (d *daemon) fail(err error, table string) error {
 		// The file has no row for a key the API refuses (empty or over
 		// bbolt's limit): exit 6 as on the direct path.
 		e.code = exitNotFound
+	case client.CodeKeyNotHere:
+		// The key is not in this daemon's shard: not found here, and
+		// where it is, the message says (its partition).
+		e.code, e.hint = exitNotFound, "ask a daemon that holds the key's partition, or read through them all: kmaterialize get --cluster FILE (docs/shards.md)"
+	case client.CodeRepartitioned:
+		e.code, e.hint = exitConflict, "the topic's partition count changed under the shard: drop the table and rebuild it (docs/shards.md)"
 	case client.CodeTableNotFound:
 		e.code, e.hint = exitNotFound, "kmaterialize tables --db PATH"
 	case client.CodeTableNotReady:
