@@ -57,10 +57,17 @@ type Header struct {
 	// PartitionSet (read, sorted), PartitionsOfTopic and Partitioner are
 	// a shard's (docs/shards.md); nil, 0 and "" for a table over all
 	// partitions, or a document written before they existed.
-	PartitionSet      []int32 `json:"-"`
-	PartitionsOfTopic int32   `json:"partitions_of_topic"`
-	Partitioner       string  `json:"partitioner"`
+	PartitionSet      Set    `json:"partition_set,omitempty"`
+	PartitionsOfTopic int32  `json:"partitions_of_topic,omitempty"`
+	Partitioner       string `json:"partitioner,omitempty"`
 }
+
+// Set is a partition set, written as the document writes it: "0-2,5"
+// (partition.FormatSet).
+type Set []int32
+
+// MarshalJSON writes s as a string in partition.ParseSet's syntax.
+func (s Set) MarshalJSON() ([]byte, error) { return json.Marshal(partition.FormatSet(s)) }
 
 // Reader reads an export document: its header first (NewReader), then its
 // rows one at a time (Next), without holding the rows in memory. The rows
