@@ -428,4 +428,3 @@ func TestNewClusterRefuses(t *testing.T) {
 		}
 	}
 }
-
