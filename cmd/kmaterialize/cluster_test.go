@@ -44,10 +44,11 @@ func freePort(t *testing.T, host string) string {
 	return port
 }
 
-// startClusterDaemon starts a daemon following table "balances" of topic;
-// host "" serves the unix socket only, else a TCP listener on host too,
-// with a read token. It waits until the daemon is ready.
-func startClusterDaemon(t *testing.T, name, topic, host string) *clusterDaemon {
+// startClusterDaemon starts a daemon following table "balances" of topic,
+// with the lines extra added to the table's entry; host "" serves the unix
+// socket only, else a TCP listener on host too, with a read token. It
+// waits until the daemon is ready.
+func startClusterDaemon(t *testing.T, name, topic, host, extra string) *clusterDaemon {
 	t.Helper()
 	d := &clusterDaemon{name: name, dir: t.TempDir()}
 	d.sock = filepath.Join(d.dir, "tables.db.sock")
@@ -57,8 +58,8 @@ func startClusterDaemon(t *testing.T, name, topic, host string) *clusterDaemon {
 		d.url, d.token = "http://"+addr, "read-"+name
 		doc += fmt.Sprintf("listen: %s\nallow_remote: true\nallow_plaintext_tokens: true\nread_token: %s\n", addr, d.token)
 	}
-	doc += fmt.Sprintf("kafka:\n  brokers: %s\ntables:\n  - name: balances\n    topic: %s\n    follow: true\n    follow_interval: 50ms\n    stall_timeout: 60s\n",
-		broker.Addr, topic)
+	doc += fmt.Sprintf("kafka:\n  brokers: %s\ntables:\n  - name: balances\n    topic: %s\n    follow: true\n    follow_interval: 50ms\n    stall_timeout: 60s\n%s",
+		broker.Addr, topic, extra)
 	cfg := filepath.Join(d.dir, "kmaterialize.yaml")
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
@@ -185,9 +186,9 @@ func TestClusterReplicasKill9(t *testing.T) {
 	want, _, _ := oracle(recs, nil)
 
 	ds := []*clusterDaemon{
-		startClusterDaemon(t, "local", topic, ""),
-		startClusterDaemon(t, "tcp-2", topic, "127.0.0.2"),
-		startClusterDaemon(t, "tcp-3", topic, "127.0.0.3"),
+		startClusterDaemon(t, "local", topic, "", ""),
+		startClusterDaemon(t, "tcp-2", topic, "127.0.0.2", ""),
+		startClusterDaemon(t, "tcp-3", topic, "127.0.0.3", ""),
 	}
 	file := writeClusterFile(t, ds)
 
@@ -236,6 +237,12 @@ func TestClusterReplicasKill9(t *testing.T) {
 		if string(got.Value.Value) != val || got.Positions[rec[0].P] < rec[0].O+1 {
 			t.Fatalf("read of my write %s from %s at %v: %q, want %q at position %d", key, got.Daemon, got.Positions, got.Value.Value, val, rec[0].O+1)
 		}
+	}
+	// The same through get --cluster --min-positions.
+	rec := produce(t, topic, []localkafka.Record{{Partition: 3, Key: []byte("p3-fresh"), Value: []byte("cli-written")}})
+	recs = append(recs, rec...)
+	if r := mustCLI(t, 0, "get", "--cluster", file, "--table", "balances", "--min-positions", fmt.Sprintf("3:%d", rec[0].O+1), "--wait", "20s", "p3-fresh"); r.stdout != "cli-written\n" {
+		t.Fatalf("get --cluster --min-positions of my write: %q, want cli-written", r.stdout)
 	}
 	want, _, _ = oracle(recs, nil)
 
