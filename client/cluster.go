@@ -605,7 +605,7 @@ func (c *Cluster) getAt(ctx context.Context, h *holder, table string, key []byte
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		e := bodyError(method, path, resp, b)
 		ka.partial = resp.StatusCode == http.StatusNotFound && resp.Header.Get(api.HeaderPartial) == "true"
-		if e.Code == CodeKeyNotHere {
+		if e.Code == api.CodeKeyNotHere {
 			var ae api.ErrorBody
 			if json.Unmarshal(b, &ae) == nil {
 				ka.notHere = ae.Partition

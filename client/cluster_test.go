@@ -350,7 +350,7 @@ func TestClusterStaleRouting(t *testing.T) {
 		if p, _ := partition.Murmur2.Partition([]byte(k), 4); p < 2 {
 			_, err := cl.Get(context.Background(), "t", []byte(k), client.GetOptions{})
 			var de *client.DaemonError
-			if !client.IsCode(err, client.CodeRepartitioned) || !errors.As(err, &de) || de.Daemon != b.name {
+			if !client.IsCode(err, api.CodeRepartitioned) || !errors.As(err, &de) || de.Daemon != b.name {
 				t.Fatalf("Get %q of a repartitioned shard: %v, want its 409 repartitioned", k, err)
 			}
 			break

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/client"
 	"github.com/kmaterialize/kmaterialize/partition"
 	"github.com/kmaterialize/kmaterialize/store"
@@ -319,7 +320,7 @@ func clusterFail(err error, table string) error {
 	case errors.As(err, &pe):
 		return &daemonError{msg: err.Error(), err: err, code: exitIncomplete,
 			hint: "ask again, or with a longer --wait (at most 30s); kmaterialize tables --cluster FILE shows the daemons"}
-	case client.IsCode(err, client.CodeRepartitioned):
+	case client.IsCode(err, api.CodeRepartitioned):
 		return &daemonError{msg: err.Error(), err: err, code: exitConflict,
 			hint: fmt.Sprintf("the topic's partition count changed, so keys may not be where their hash says: drop table %q on every shard and rebuild it (docs/shards.md)", table)}
 	case errors.As(err, &de):
