@@ -69,8 +69,11 @@ type ClusterTableDaemon struct {
 	Subset            bool    `json:"subset"`
 	PartitionSet      []int32 `json:"partition_set"`
 	PartitionsOfTopic int32   `json:"partitions_of_topic"`
-	Repartitioned     bool    `json:"repartitioned,omitempty"`
-	Ready             bool    `json:"ready"`
+	// Repartitioned says the daemon saw the topic with another partition
+	// count (LiveCount) than PartitionsOfTopic: it answers no key reads.
+	Repartitioned bool  `json:"repartitioned,omitempty"`
+	LiveCount     int32 `json:"live_partitions_of_topic,omitempty"`
+	Ready         bool  `json:"ready"`
 }
 
 // Tables asks every daemon for its tables and its readiness (/readyz: a
@@ -149,7 +152,7 @@ func (c *Cluster) tableStatusLocked(r *route, readyFor func(*member, string) boo
 		d := ClusterTableDaemon{Daemon: h.m.name, State: h.t.State, Generation: h.t.Generation, PartitionSet: h.set, Ready: ok,
 			PartitionsOfTopic: countOf(h.t, h.set)}
 		if s := h.t.Shard; s != nil {
-			d.Subset, d.Repartitioned = s.Subset, s.Repartitioned
+			d.Subset, d.Repartitioned, d.LiveCount = s.Subset, s.Repartitioned, s.LiveCount
 		}
 		if d.PartitionsOfTopic != 0 && r.count != 0 && d.PartitionsOfTopic != r.count && t.Conflict == "" {
 			t.Conflict = "the daemons recorded different partition counts of the topic"

@@ -277,7 +277,7 @@ func printClusterTables(w io.Writer, format string, st client.ClusterStatus) err
 		for _, d := range t.Daemons {
 			state := d.State
 			if d.Repartitioned {
-				state += ", repartitioned"
+				state += fmt.Sprintf(", repartitioned (the topic has %d partitions now)", d.LiveCount)
 			}
 			if !d.Ready {
 				state += ", not ready"
