@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kmaterialize/kmaterialize/api"
 	"github.com/kmaterialize/kmaterialize/partition"
 )
 
@@ -602,14 +600,11 @@ func (c *Cluster) getAt(ctx context.Context, h *holder, table string, key []byte
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		e := bodyError(method, path, resp, b)
-		ka.partial = resp.StatusCode == http.StatusNotFound && resp.Header.Get(api.HeaderPartial) == "true"
-		if e.Code == api.CodeKeyNotHere {
-			var ae api.ErrorBody
-			if json.Unmarshal(b, &ae) == nil {
-				ka.notHere = ae.Partition
-			}
+		e := responseError(method, path, resp)
+		ka.partial = e.Partial
+		if e.Code == CodeKeyNotHere {
+			p := e.Partition
+			ka.notHere = &p
 		}
 		return Value{}, ka, positionsError(e, o.MinPositions)
 	}
