@@ -19,7 +19,7 @@ import (
 )
 
 func getCommand() *cli.Command {
-	return &cli.Command{
+	return withCluster(&cli.Command{
 		Name:      "get",
 		Usage:     "print the values of keys",
 		UsageText: "kmaterialize get --db FILE --table TABLE [--key-encoding utf8|base64|hex] [--format text|json|jsonl] [--base64] [--min-positions P:N,... [--wait D]] KEY... | -",
@@ -90,6 +90,9 @@ Examples:
 				return err
 			}
 			table := c.String("table")
+			if clusterFile(c) != "" {
+				return getViaCluster(c, format, table, keys, opts)
+			}
 			var values [][]byte
 			var via *daemon
 			if routed, err := viaDaemon(c, func(d *daemon) error {
@@ -124,7 +127,7 @@ Examples:
 			}
 			return printValues(c, format, table, keys, values)
 		},
-	}
+	})
 }
 
 // getKeys returns the keys of get, decoded: the arguments, or stdin's

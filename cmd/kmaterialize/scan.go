@@ -15,7 +15,7 @@ import (
 )
 
 func scanCommand() *cli.Command {
-	return &cli.Command{
+	return withCluster(&cli.Command{
 		Name:      "scan",
 		Usage:     "print a table's rows in key order",
 		UsageText: "kmaterialize scan --db FILE --table TABLE [--prefix P] [--from K] [--to K] [--limit N] [--keys-only | --count] [--format json|jsonl|tsv|text] [--base64]",
@@ -80,6 +80,9 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if clusterFile(c) != "" {
+				return scanViaCluster(c, table, rng)
+			}
 			if c.Bool("count") {
 				return scanCount(c, f.format, table, rng)
 			}
@@ -115,7 +118,7 @@ Examples:
 			}
 			return bw.Flush()
 		},
-	}
+	})
 }
 
 // scanRange is the rows --prefix, --from and --to select, decoded with

@@ -21,7 +21,7 @@ import (
 )
 
 func tablesCommand() *cli.Command {
-	return &cli.Command{
+	return withCluster(&cli.Command{
 		Name:      "tables",
 		Usage:     "list the tables in a database with how and when they were built",
 		UsageText: "kmaterialize tables --db FILE [--format text|json|jsonl]",
@@ -53,6 +53,9 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if clusterFile(c) != "" {
+				return tablesViaCluster(c, format)
+			}
 			if routed, err := viaDaemon(c, func(d *daemon) error { return tablesVia(c, d, format) }); routed {
 				return err
 			}
@@ -67,7 +70,7 @@ Examples:
 			}
 			return renderTables(c, format, db.Path(), ts)
 		},
-	}
+	})
 }
 
 // renderTables prints ts, the published tables of the database at path,
