@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kmaterialize/kmaterialize/partition"
 )
 
 // PartitionBounds are one partition's marks, captured once at the start of a
@@ -473,28 +474,8 @@ func Inspect(ctx context.Context, c Config) (Plan, error) {
 }
 
 // PartitionSet writes a set of partition numbers compactly, runs as ranges:
-// "0-2", "0-2,5", "4". ps need not be sorted.
-func PartitionSet(ps []int32) string {
-	s := append([]int32(nil), ps...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		j := i
-		for j+1 < len(s) && s[j+1] == s[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		if j > i {
-			fmt.Fprintf(&b, "%d-%d", s[i], s[j])
-		} else {
-			fmt.Fprintf(&b, "%d", s[i])
-		}
-		i = j + 1
-	}
-	return b.String()
-}
+// "0-2", "0-2,5", "4" (partition.FormatSet). ps need not be sorted.
+func PartitionSet(ps []int32) string { return partition.FormatSet(ps) }
 
 // brokersOf names the bootstrap brokers of c, for messages.
 func brokersOf(c Config) string {

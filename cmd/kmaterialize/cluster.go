@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,35 +182,10 @@ func scanViaCluster(c *cli.Context, table string, rng store.Range) error {
 		}
 		return err
 	}
-	for attempt := 1; ; attempt++ {
-		f, err := scanFormatter(c)
-		if err != nil {
-			return err
-		}
-		var sp spool
-		bw := bufio.NewWriterSize(&sp, 64<<10)
-		f.begin(bw)
-		err = cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
-			KeysOnly: f.keysOnly, Limit: c.Int("limit"), Base64: true},
-			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
-		if err == nil {
-			f.end(bw)
-			err = bw.Flush()
-		}
-		if err == nil {
-			_, err = sp.WriteTo(stdoutOf(c))
-			sp.Close()
-			return err
-		}
-		sp.Close()
-		switch {
-		case client.IsCode(err, client.CodeGenerationGone) && attempt < scanAttempts:
-			continue
-		case isUsage(err):
-			return fmt.Errorf("scan table %q: %w", table, err)
-		}
-		return clusterFail(err, table)
-	}
+	return scanRouted(c, table, func(o client.RowsOptions, fn func(client.Row) error) error {
+		o.Limit = c.Int("limit")
+		return cl.Rows(c.Context, table, o, fn)
+	}, func(err error) error { return clusterFail(err, table) }, rng)
 }
 
 // tablesViaCluster is tables through the cluster: per table, which daemons

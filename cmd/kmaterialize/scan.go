@@ -318,6 +318,19 @@ const scanAttempts = 3
 // base64), held until the last row so that a failure prints nothing. A
 // publish between two pages starts the scan over.
 func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int) error {
+	return scanRouted(c, table, func(o client.RowsOptions, fn func(client.Row) error) error {
+		o.Limit = limit
+		_, err := d.cl.Rows(c.Context, table, o, fn)
+		return err
+	}, func(err error) error { return d.fail(err, table) }, rng)
+}
+
+// scanRouted is a routed scan's loop (one daemon's or a cluster's rows):
+// the rows in rng, formatted by the direct path's formatter from the raw
+// bytes (asked in base64), held until the last row so that a failure
+// prints nothing; a publish between two pages starts it over, up to
+// scanAttempts times. fail maps the answer's error to the command's.
+func scanRouted(c *cli.Context, table string, rows func(client.RowsOptions, func(client.Row) error) error, fail func(error) error, rng store.Range) error {
 	for attempt := 1; ; attempt++ {
 		f, err := scanFormatter(c)
 		if err != nil {
@@ -326,8 +339,7 @@ func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int
 		var sp spool
 		bw := bufio.NewWriterSize(&sp, 64<<10)
 		f.begin(bw)
-		_, err = d.cl.Rows(c.Context, table, client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To,
-			KeysOnly: f.keysOnly, Limit: limit, Base64: true},
+		err = rows(client.RowsOptions{Prefix: rng.Prefix, From: rng.From, To: rng.To, KeysOnly: f.keysOnly, Base64: true},
 			func(r client.Row) error { return f.row(bw, r.Key, r.Value) })
 		if err == nil {
 			f.end(bw)
@@ -345,6 +357,6 @@ func scanVia(c *cli.Context, d *daemon, table string, rng store.Range, limit int
 		case isUsage(err):
 			return fmt.Errorf("scan table %q: %w", table, err)
 		}
-		return d.fail(err, table)
+		return fail(err)
 	}
 }
