@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -56,6 +57,49 @@ func produceKeyed(t *testing.T, topic string, n int, gen func(i int) (string, []
 	return out
 }
 
+// produceKeyedWith writes as produceKeyed does, with the producer whose
+// partitioner is placer: franz-go's (murmur2, the Java producer's) or
+// librdkafka's consistent_random (consistent) or fnv1a_random (fnv1a),
+// through confluent-kafka-go, idempotent so that a key's records keep
+// their order; the delivery reports say where each went.
+func produceKeyedWith(t *testing.T, topic string, placer partition.Partitioner, n int, gen func(i int) (string, []byte)) []keyedRecord {
+	t.Helper()
+	if placer == partition.Murmur2 {
+		return produceKeyed(t, topic, n, gen)
+	}
+	pr, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": broker.Addr, "partitioner": string(placer) + "_random",
+		"linger.ms": 5, "enable.idempotence": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	out := make([]keyedRecord, n)
+	reports := make(chan kafka.Event, n)
+	for i := range out {
+		k, v := gen(i)
+		out[i] = keyedRecord{key: k, value: string(v), tombstone: v == nil}
+		m := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: []byte(k), Value: v, Opaque: i}
+		if err := pr.Produce(m, reports); err != nil {
+			t.Fatalf("produce record %d: %v", i, err)
+		}
+	}
+	deadline := time.After(60 * time.Second)
+	for left := n; left > 0; left-- {
+		select {
+		case ev := <-reports:
+			m, ok := ev.(*kafka.Message)
+			if !ok || m.TopicPartition.Error != nil {
+				t.Fatalf("delivery report: %v", ev)
+			}
+			i := m.Opaque.(int)
+			out[i].p, out[i].o = m.TopicPartition.Partition, int64(m.TopicPartition.Offset)
+		case <-deadline:
+			t.Fatalf("%d of %d deliveries not reported", left, n)
+		}
+	}
+	return out
+}
+
 // keyedOracle folds recs plainly: per partition in offset order, the last
 // value of a key wins, a tombstone deletes it.
 func keyedOracle(recs []keyedRecord) map[string]string {
@@ -86,16 +130,23 @@ func keyedOracle(recs []keyedRecord) map[string]string {
 // daemon of 2-3 killed, its keys are unserved and tables --cluster shows
 // the hole. Without a partitioner the same holds, the shards answering a
 // key they lack 404 partial and the cluster asking each.
+//
+// The topic is written by the producers of each partitioner (franz-go's
+// murmur2, librdkafka's consistent_random and fnv1a_random), the shards
+// configured with it; the shards without a partitioner read a murmur2
+// producer's topic.
 func TestClusterShardsKill9(t *testing.T) {
-	t.Run("murmur2", func(t *testing.T) { testClusterShards(t, "murmur2") })
-	t.Run("no-partitioner", func(t *testing.T) { testClusterShards(t, "") })
+	for _, p := range partition.All {
+		t.Run(string(p), func(t *testing.T) { testClusterShards(t, p, p) })
+	}
+	t.Run("no-partitioner", func(t *testing.T) { testClusterShards(t, "", partition.Murmur2) })
 }
 
-func testClusterShards(t *testing.T, partitioner string) {
+func testClusterShards(t *testing.T, partitioner, placer partition.Partitioner) {
 	rng := newRand(t)
 	topic := newTopic(t, 4)
 	// 120 keys, about one record in eight a tombstone.
-	recs := produceKeyed(t, topic, 600, func(i int) (string, []byte) {
+	recs := produceKeyedWith(t, topic, placer, 600, func(i int) (string, []byte) {
 		k := fmt.Sprintf("acct-%03d", rng.Intn(120))
 		if rng.Intn(8) == 0 {
 			return k, nil
@@ -104,15 +155,15 @@ func testClusterShards(t *testing.T, partitioner string) {
 	})
 	want := keyedOracle(recs)
 	for _, r := range recs {
-		if p, _ := partition.Murmur2.Partition([]byte(r.key), 4); p != r.p {
-			t.Fatalf("the producer put %q on partition %d, murmur2 says %d", r.key, r.p, p)
+		if p, _ := placer.Partition([]byte(r.key), 4); p != r.p {
+			t.Fatalf("the producer put %q on partition %d, %s says %d", r.key, r.p, placer, p)
 		}
 	}
 
 	a, b := "    partitions: 0-1\n", "    partitions: 2-3\n"
 	if partitioner != "" {
-		a += "    partitioner: " + partitioner + "\n"
-		b += "    partitioner: " + partitioner + "\n"
+		a += "    partitioner: " + string(partitioner) + "\n"
+		b += "    partitioner: " + string(partitioner) + "\n"
 	}
 	ds := []*clusterDaemon{
 		startClusterDaemon(t, "shard-a", topic, "127.0.0.2", a),
@@ -128,7 +179,7 @@ func testClusterShards(t *testing.T, partitioner string) {
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatal(err)
 	}
-	if tb := st.Tables; len(tb) != 1 || !tb[0].FullyServed || tb[0].PartitionsOfTopic != 4 || tb[0].Partitioner != partitioner ||
+	if tb := st.Tables; len(tb) != 1 || !tb[0].FullyServed || tb[0].PartitionsOfTopic != 4 || tb[0].Partitioner != string(partitioner) ||
 		len(tb[0].Partitions[0].Ready) != 2 || len(tb[0].Partitions[3].Ready) != 1 {
 		t.Fatalf("tables --cluster: %s\nwant 4 partitions, 0-1 on two daemons, 2-3 on one, fully served", r.stdout)
 	}
@@ -149,7 +200,7 @@ func testClusterShards(t *testing.T, partitioner string) {
 
 	// Read your writes across shards: each record, wherever the producer
 	// put it, is read back once its partition reached its offset.
-	fresh := produceKeyed(t, topic, 8, func(i int) (string, []byte) {
+	fresh := produceKeyedWith(t, topic, placer, 8, func(i int) (string, []byte) {
 		return fmt.Sprintf("fresh-%d", i), []byte(fmt.Sprintf("written-%d-%d", i, rng.Intn(1000)))
 	})
 	recs = append(recs, fresh...)
@@ -168,7 +219,7 @@ func testClusterShards(t *testing.T, partitioner string) {
 	// Kill -9 the replica of 0-1 that answers: its keys fail over.
 	var k01 string
 	for k := range want {
-		if p, _ := partition.Murmur2.Partition([]byte(k), 4); p < 2 {
+		if p, _ := placer.Partition([]byte(k), 4); p < 2 {
 			k01 = k
 		}
 	}
@@ -198,7 +249,7 @@ func testClusterShards(t *testing.T, partitioner string) {
 	}
 	shardB.p.wait(t, 30*time.Second)
 	for k, val := range want {
-		p, _ := partition.Murmur2.Partition([]byte(k), 4)
+		p, _ := placer.Partition([]byte(k), 4)
 		got, err := cl.Get(context.Background(), "balances", []byte(k), client.GetOptions{})
 		switch {
 		case p >= 2 && !errors.Is(err, client.ErrUnserved):
