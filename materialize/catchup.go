@@ -50,6 +50,7 @@ func catchUp(ctx context.Context, opts Options, res replay.Result, sink replay.S
 	c.Start = replay.Start{Offsets: start}
 	c.Stop = until
 	c.Progress = nil
+	c.CloseBehind = false
 	from := checkpoint.Checkpoint{Topic: res.Plan.Topic, CapturedAt: res.Plan.CapturedAt, TopicID: res.Plan.TopicID}
 	for p, off := range start {
 		from.Partitions = append(from.Partitions, checkpoint.Partition{Partition: p, High: off, End: off})

@@ -260,8 +260,14 @@ func Rebuild(ctx context.Context, opts Options) (Report, error) {
 			return Report{}, fmt.Errorf("rebuild table %q: %w", opts.Table, err)
 		}
 	}
+	// The replay's clients close while the merge and the publish run (a
+	// close waits for the fetch in flight); the rebuild returns after.
+	opts.Replay.CloseBehind = true
+	var closing replay.Result
+	defer func() { closing.WaitClosed() }()
 	opts.CPU.Run(func() {
 		res, rerr = replay.Run(rctx, opts.Replay, sink)
+		closing = res
 		if rerr == nil && opts.CatchUp != nil {
 			res, rerr = catchUp(rctx, opts, res, sink)
 		}

@@ -251,7 +251,12 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	if o.CPU != nil {
 		rc.CPU = o.CPU
 	}
+	// The replay's clients close while the apply or merge and the publish
+	// run (a close waits for the fetch in flight); the update returns
+	// after.
+	rc.CloseBehind = true
 	o.CPU.Run(func() { res, err = replay.Run(ctx, rc, sink) })
+	defer res.WaitClosed()
 	if err != nil {
 		return Report{Replay: res}, err
 	}

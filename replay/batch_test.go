@@ -82,6 +82,11 @@ func TestConsumerHandle(t *testing.T) {
 	if _, err := consumerHandle(c); err != nil {
 		t.Fatalf("consumerHandle: %v (confluent-kafka-go %s)", err, confluentVersion(t))
 	}
+	// closeConsumer's fields: without them every Close waits out a poll of
+	// the log queue (100 ms) again.
+	if _, ok := logWakerOf(c); !ok {
+		t.Fatalf("logWakerOf: confluent-kafka-go (%s) has no handle.logq, handle.waitGroup or Consumer.readerTermChan of the types closeConsumer knows", confluentVersion(t))
+	}
 	q, err := newBatchQueue(c, "any", true)
 	if err != nil {
 		t.Fatal(err)
@@ -529,5 +534,40 @@ func TestBatchReaderPaced(t *testing.T) {
 	}
 	if p.turns.Load() == 0 || inTurn != 0 || p.held.Load() {
 		t.Fatalf("%d turns, %d sink calls inside a turn, held at the end %v; want some, 0, false", p.turns.Load(), inTurn, p.held.Load())
+	}
+}
+
+// TestCloseConsumer: closeConsumer closes the consumer as Close does (its
+// logs channel closes, a second close is refused, not hung) with records
+// read and logs forwarded.
+func TestCloseConsumer(t *testing.T) {
+	topic := newTopic(t, 2)
+	want := produceEach(t, broker, topic, 2, 20)
+	c := cfg(t, topic)
+	c = c.withDefaults()
+	cl, err := newClients(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := capture(context.Background(), cl, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	r := newReader(c, cl, plan, func(b []record.Record) error { got += len(b); return nil }, time.Now())
+	if _, err := r.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got != len(want) {
+		t.Fatalf("read %d records, want %d", got, len(want))
+	}
+	if err := cl.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if !cl.consumer.IsClosed() {
+		t.Fatal("the consumer is not closed")
+	}
+	if err := closeConsumer(cl.consumer); err == nil {
+		t.Fatal("a second close was not refused")
 	}
 }

@@ -33,7 +33,7 @@ func newClients(c Config) (*clients, error) {
 	}
 	admin, err := kafka.NewAdminClientFromConsumer(consumer)
 	if err != nil {
-		consumer.Close()
+		_ = closeConsumer(consumer)
 		return nil, &Error{Op: "create admin client", Topic: c.Topic, Partition: -1, Offset: -1, Kind: ErrKafka, Err: err}
 	}
 	bootstrap, _ := cm.Get("bootstrap.servers", "")
@@ -44,13 +44,37 @@ func newClients(c Config) (*clients, error) {
 }
 
 // Close closes the admin client and the consumer (which commits nothing: auto
-// commit is off and no offset was ever stored) and waits for the log
-// forwarder, which ends when librdkafka closes the logs channel.
+// commit is off and no offset was ever stored; closeConsumer, without the
+// wait for the log poller) and waits for the log forwarder, which ends when
+// librdkafka closes the logs channel.
 func (cl *clients) Close() error {
 	cl.admin.Close()
-	err := cl.consumer.Close()
+	err := closeConsumer(cl.consumer)
 	cl.logsDone.Wait()
 	return err
+}
+
+// closeClients closes cls, each on a goroutine of its own (a close waits
+// for its fetch in flight: Config.CloseBehind), and returns a channel
+// closed when all are; unless behind, it waits for that first.
+func closeClients(cls []*clients, behind bool) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, cl := range cls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = cl.Close()
+			}()
+		}
+		wg.Wait()
+	}()
+	if !behind {
+		<-done
+	}
+	return done
 }
 
 // ForwardLogs turns librdkafka log lines (a client's Logs channel, with

@@ -116,6 +116,14 @@ type Config struct {
 	// records nor around the sink: a daemon's reads keep a P while
 	// replays run (package cpushare's Share is one).
 	CPU Pacer
+	// CloseBehind makes Run return once the end marks are reached (or it
+	// failed) without waiting for its Kafka clients to close: a close
+	// waits for the fetch in flight, which the broker holds up to
+	// fetch.wait.max.ms when the partitions have nothing more, so it takes
+	// up to 100 ms after the last record. The caller then does its own
+	// work (a rebuild's merge and publish) meanwhile and must call the
+	// Result's WaitClosed before it returns.
+	CloseBehind bool
 	// perRecord reads with confluent-kafka-go's Poll, one message a call,
 	// instead of in batches (batch.go): the tests' oracle for the batch
 	// reader.

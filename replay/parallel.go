@@ -52,8 +52,9 @@ func (c Config) shared() Config {
 // materialize's splits) and N readers divide.
 const PrefetchProperty = "queued.max.messages.kbytes"
 
-// runReaders reads plan with c.Readers readers, the first on cl.
-func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink, started time.Time) (Result, error) {
+// runReaders reads plan with c.Readers readers, the first on cl; the
+// clients it makes for the others are added to owned, which Run closes.
+func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, plan Plan, sink Sink, started time.Time) (Result, error) {
 	n := min(c.Readers, len(plan.Partitions))
 	shares := make([]Plan, n)
 	for i := range shares {
@@ -64,17 +65,13 @@ func runReaders(ctx context.Context, c Config, cl *clients, plan Plan, sink Sink
 		shares[i%n].Partitions = append(shares[i%n].Partitions, pb)
 	}
 	clients := []*clients{cl}
-	defer func() {
-		for _, other := range clients[1:] {
-			other.Close()
-		}
-	}()
 	for i := 1; i < n; i++ {
 		other, err := newClients(c)
 		if err != nil {
 			return Result{Plan: plan}, err
 		}
 		clients = append(clients, other)
+		*owned = append(*owned, other)
 	}
 
 	// The sink and the progress are each called by one reader at a time,

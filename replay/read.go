@@ -26,6 +26,16 @@ type Result struct {
 	Records int64
 	Group   string // the throwaway group.id the consumer used
 	Elapsed time.Duration
+	// closed is closed once the replay's Kafka clients are.
+	closed <-chan struct{}
+}
+
+// WaitClosed waits until the replay's Kafka clients are closed: at once
+// unless Config.CloseBehind let Run return before.
+func (r Result) WaitClosed() {
+	if r.closed != nil {
+		<-r.closed
+	}
 }
 
 type partState struct {
@@ -38,7 +48,7 @@ type partState struct {
 // Run replays the topic as c describes and hands the records to sink. It
 // returns when every partition's position has reached its end mark, or
 // with an *Error (or ctx's error, or the sink's error).
-func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
+func Run(ctx context.Context, c Config, sink Sink) (res Result, err error) {
 	c = c.withDefaults()
 	if c.Readers > 1 {
 		c = c.shared()
@@ -48,7 +58,8 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer cl.Close()
+	owned := []*clients{cl} // and the other readers', closed together
+	defer func() { res.closed = closeClients(owned, c.CloseBehind) }()
 
 	plan, err := capture(ctx, cl, c)
 	if err != nil {
@@ -68,10 +79,9 @@ func Run(ctx context.Context, c Config, sink Sink) (Result, error) {
 	for _, w := range plan.Warnings {
 		c.Log.Warn().Str("topic", c.Topic).Msg(w)
 	}
-	var res Result
 	r := newReader(c, cl, plan, sink, started)
 	if c.Readers > 1 && len(plan.Partitions) > 1 {
-		res, err = runReaders(ctx, c, cl, plan, sink, started)
+		res, err = runReaders(ctx, c, cl, &owned, plan, sink, started)
 	} else {
 		res, err = r.run(ctx)
 	}
