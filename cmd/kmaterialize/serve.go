@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -199,15 +200,20 @@ func runServe(c *cli.Context) error {
 		}
 		defer stop()
 	}
-	// Reads first: the rebuilds and followers leave one P to the reads
-	// (internal/cpushare); one share for the daemon's life, reloads too.
-	cpu := cpushare.ForDaemon()
+	// Reads first: the rebuilds and followers leave one core's P to the
+	// reads, and the daemon has spare Ps for the goroutines whose Ms are
+	// in cgo calls (internal/cpushare); one share for the daemon's life,
+	// reloads too.
+	cores := cpushare.SetDaemonProcs()
+	cpu := cpushare.ForDaemon(cores)
 	srv, err := serve.New(serveConfig(c, cfg, path, log, cpu))
 	if err != nil {
 		return err
 	}
 	log.Info().Str("config", path).Str("db", cfg.DB).Strs("tables", cfg.Names()).
-		Object("kafka_properties", cfg.Kafka.Properties).Msg("config loaded")
+		Object("kafka_properties", cfg.Kafka.Properties).
+		Int("cores", cores).Int("gomaxprocs", runtime.GOMAXPROCS(0)).Int("rebuild_work_slots", cpu.Slots()).
+		Msg("config loaded")
 
 	// SIGHUP reloads; the goroutine ends when Run has returned.
 	ctx, cancel := context.WithCancel(c.Context)

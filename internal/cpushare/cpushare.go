@@ -32,6 +32,7 @@ package cpushare
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 
 	"golang.org/x/sync/semaphore"
@@ -53,11 +54,40 @@ func New(n int) *Share {
 }
 
 // ForDaemon returns the share a daemon's rebuilds and followers take
-// turns on: GOMAXPROCS-1 slots, at least 1, so that one P is left to the
-// read path whenever there are two or more, and whose Run reads at a
-// lower CPU priority.
-func ForDaemon() *Share {
-	return NewLowered(runtime.GOMAXPROCS(0) - 1)
+// turns on, given the CPUs the daemon may use (SetDaemonProcs): cores-1
+// slots, at least 1, so that one core's P is left to the read path
+// whenever there are two or more, and whose Run reads at a lower CPU
+// priority.
+func ForDaemon(cores int) *Share {
+	return NewLowered(cores - 1)
+}
+
+// SpareProcs is how many Ps the daemon runs beyond its cores. A rebuild's
+// goroutines spend much of their time in cgo calls (the batch reader waits
+// in librdkafka for records and copies them out in C), and Go leaves a P
+// with its M for the length of such a call until sysmon takes it back,
+// 20 us to 10 ms later. With as many Ps as cores, a read whose goroutine
+// became runnable while the rebuild's calls held the Ps waited for that:
+// p99 19.8 ms during a rebuild, where the handler took 0.25 ms and Go's
+// scheduler latency reached 2 to 8 ms. Two more Ps than cores (the
+// slots still count the cores) took it to 6.1 ms, the scheduler latency
+// p99 to 128 us (bench/RESULTS.md, 2026-12-04). The kernel still shares
+// the cores; the rebuild's read threads run at nice 10 (nice.go).
+const SpareProcs = 2
+
+// SetDaemonProcs sets the daemon's GOMAXPROCS to its cores plus
+// SpareProcs and returns the cores: Go's default GOMAXPROCS at the start
+// (the CPUs of the process's affinity mask, or its cgroup's CPU limit when
+// lower). Where the GOMAXPROCS environment variable is set, the operator
+// chose the Ps: they are kept, and the cores are the fewer of them and the
+// CPUs. Call it once, at the daemon's start.
+func SetDaemonProcs() (cores int) {
+	cores = runtime.GOMAXPROCS(0)
+	if os.Getenv("GOMAXPROCS") != "" {
+		return max(min(cores, runtime.NumCPU()), 1)
+	}
+	runtime.GOMAXPROCS(cores + SpareProcs)
+	return cores
 }
 
 // NewLowered is New whose Run reads at a lower CPU priority, as

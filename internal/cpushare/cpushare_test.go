@@ -139,13 +139,28 @@ func TestNilIsUnlimited(t *testing.T) {
 	}
 }
 
-// TestForDaemon: GOMAXPROCS-1 slots, at least one.
+// TestForDaemon: cores-1 slots, at least one.
 func TestForDaemon(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	for procs, want := range map[int]int{1: 1, 2: 1, 3: 2, 8: 7} {
-		runtime.GOMAXPROCS(procs)
-		if got := ForDaemon().Slots(); got != want {
-			t.Errorf("GOMAXPROCS %d: %d slots, want %d", procs, got, want)
+	for cores, want := range map[int]int{0: 1, 1: 1, 2: 1, 3: 2, 8: 7} {
+		if got := ForDaemon(cores).Slots(); got != want {
+			t.Errorf("%d cores: %d slots, want %d", cores, got, want)
 		}
+	}
+}
+
+// TestSetDaemonProcs: the cores are the default GOMAXPROCS, and the Ps
+// SpareProcs more; a GOMAXPROCS from the environment is kept, its cores at
+// most the CPUs.
+func TestSetDaemonProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	t.Setenv("GOMAXPROCS", "")
+	runtime.GOMAXPROCS(2)
+	if cores := SetDaemonProcs(); cores != 2 || runtime.GOMAXPROCS(0) != 2+SpareProcs {
+		t.Fatalf("default: cores %d, GOMAXPROCS %d; want 2 and %d", cores, runtime.GOMAXPROCS(0), 2+SpareProcs)
+	}
+	t.Setenv("GOMAXPROCS", "64")
+	runtime.GOMAXPROCS(64)
+	if cores := SetDaemonProcs(); cores != min(64, runtime.NumCPU()) || runtime.GOMAXPROCS(0) != 64 {
+		t.Fatalf("GOMAXPROCS=64 set: cores %d, GOMAXPROCS %d; want %d and 64", cores, runtime.GOMAXPROCS(0), min(64, runtime.NumCPU()))
 	}
 }

@@ -41,7 +41,7 @@ func TestRunLowersItsOwnThread(t *testing.T) {
 	want := max(base, Nice)
 
 	var inside int
-	ForDaemon().Run(func() {
+	ForDaemon(runtime.GOMAXPROCS(0)).Run(func() {
 		runtime.LockOSThread() // already locked by Run: read this thread
 		defer runtime.UnlockOSThread()
 		inside = threadNice(t)
@@ -65,6 +65,6 @@ func TestRunLowersItsOwnThread(t *testing.T) {
 			t.Fatalf("recovered %v, want the panic of fn", p)
 		}
 	}()
-	ForDaemon().Run(func() { panic("boom") })
+	ForDaemon(runtime.GOMAXPROCS(0)).Run(func() { panic("boom") })
 	t.Fatal("Run returned after fn panicked")
 }
