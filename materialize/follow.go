@@ -277,11 +277,14 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 	var rerr error
 	go func() {
 		defer close(done)
-		// At a lower CPU priority in the daemon, as a rebuild's read, and
-		// in turns of its share for the batches' Go work.
-		if opts.CPU != nil {
-			fc.CPU = opts.CPU
-		}
+		// At a lower CPU priority in the daemon, as a rebuild's read. The
+		// batches' Go work takes no slot of the share (fc.CPU stays nil),
+		// unlike a rebuild's: the read loop runs on a thread at nice 10,
+		// which the kernel runs after the reads, the daemon has spare Ps
+		// (cpushare.SpareProcs), and the apply, which holds a slot, would
+		// otherwise take turns with its own reader on a two-core host's one
+		// slot (a catch-up of 1M records: 0.81 to 0.84 s with the turns,
+		// 0.64 to 0.76 s without; bench/RESULTS.md, 2026-12-04).
 		opts.CPU.Run(func() {
 			rerr = replay.Tail(rctx, fc, func(b replay.FollowBatch) error {
 				if err := room.Acquire(rctx, weight(b)); err != nil {
