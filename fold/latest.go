@@ -84,25 +84,27 @@ func (l *Latest) Fold(t Table, batch []Record) error {
 		l.held = newHeld()
 	}
 	l.records += int64(len(batch))
-	for i := range batch {
-		r := &batch[i]
+	var err error
+	// Copied: the record's bytes are not kept (held.go).
+	l.held.putAll(batch, func(r *Record) bool {
 		switch {
+		case err != nil:
+			return true
 		case r.Key == nil:
 			l.skips.skip(ReasonNullKey)
-			continue
+			return true
 		case len(r.Key) == 0:
 			l.skips.skip(ReasonEmptyKey)
-			continue
+			return true
 		case len(r.Key) > MaxKeySize:
-			err := l.skips.bad(&DataError{Topic: l.cfg.Topic, Partition: r.Partition, Offset: r.Offset,
+			err = l.skips.bad(&DataError{Topic: l.cfg.Topic, Partition: r.Partition, Offset: r.Offset,
 				Kind: ReasonKeyTooLarge, Reason: keyTooLarge("key", len(r.Key))})
-			if err != nil {
-				return err
-			}
-			continue
+			return true
 		}
-		// Copied: the record's bytes are not kept (held.go).
-		l.held.put(r.Key, r.Value)
+		return false
+	})
+	if err != nil {
+		return err
 	}
 	if !l.retained || (l.held.bytes >= l.budget && !l.external) {
 		return l.flushHeld(t)
