@@ -131,7 +131,7 @@ func tryClient(brokers string, props map[string]string, kind ClientKind) error {
 			return err
 		}
 		drain(c.Logs())
-		if err := c.Close(); err != nil {
+		if err := closeConsumer(c); err != nil {
 			drained.Wait()
 			return fmt.Errorf("close the property check's consumer: %w", err)
 		}

@@ -284,13 +284,9 @@ func rdkVersion() int { return int(C.rd_kafka_version()) }
 // upgrade renames them, and consumerHandle itself refuses a handle that is
 // not this consumer's (its name and type are checked through the C API).
 func consumerHandle(c *kafka.Consumer) (*C.rd_kafka_t, error) {
-	v := reflect.ValueOf(c)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return nil, errors.New("no consumer")
-	}
-	h := v.Elem().FieldByName("handle")
-	if !h.IsValid() || h.Kind() != reflect.Struct {
-		return nil, errors.New("confluent-kafka-go's Consumer has no field handle: the batch reader does not know this version of confluent-kafka-go")
+	_, h, err := consumerFields(c)
+	if err != nil {
+		return nil, err
 	}
 	rk := h.FieldByName("rk")
 	if !rk.IsValid() || rk.Kind() != reflect.Pointer || rk.IsNil() {
@@ -356,16 +352,12 @@ type logWaker struct {
 // reflection; ok is false where c has no log queue or the fields are not
 // what confluent-kafka-go v2.11.1 has.
 func logWakerOf(c *kafka.Consumer) (w logWaker, ok bool) {
-	v := reflect.ValueOf(c)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return w, false
-	}
-	h := v.Elem().FieldByName("handle")
-	if !h.IsValid() || h.Kind() != reflect.Struct {
+	v, h, err := consumerFields(c)
+	if err != nil {
 		return w, false
 	}
 	logq, wg := h.FieldByName("logq"), h.FieldByName("waitGroup")
-	term := v.Elem().FieldByName("readerTermChan")
+	term := v.FieldByName("readerTermChan")
 	if !logq.IsValid() || logq.Kind() != reflect.Pointer || logq.IsNil() ||
 		!wg.IsValid() || wg.Type() != reflect.TypeFor[sync.WaitGroup]() || !wg.CanAddr() ||
 		!term.IsValid() || term.Type() != reflect.TypeFor[chan bool]() || !term.CanAddr() {
@@ -375,6 +367,20 @@ func logWakerOf(c *kafka.Consumer) (w logWaker, ok bool) {
 	w.wg = (*sync.WaitGroup)(unsafe.Pointer(wg.UnsafeAddr()))
 	w.term = *(*chan bool)(unsafe.Pointer(term.UnsafeAddr()))
 	return w, w.term != nil
+}
+
+// consumerFields is the Consumer struct behind c and its handle field,
+// through reflection (consumerHandle says why).
+func consumerFields(c *kafka.Consumer) (consumer, handle reflect.Value, err error) {
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return v, v, errors.New("no consumer")
+	}
+	h := v.Elem().FieldByName("handle")
+	if !h.IsValid() || h.Kind() != reflect.Struct {
+		return v, h, errors.New("confluent-kafka-go's Consumer has no field handle: the batch reader does not know this version of confluent-kafka-go")
+	}
+	return v.Elem(), h, nil
 }
 
 // batchQueue is the replay's own librdkafka queue: the fetch queues of the

@@ -1,10 +1,12 @@
-// Command warmmem touches every page of N GiB of memory once and exits, so
-// that a VM whose hypervisor backs guest memory on first touch has backed
-// it before a benchmark runs: on this project's VM a freshly booted guest
-// paid a host fault for each page the kernel handed out the first time,
-// which made page-cache writes three to six times slower for a while
-// (bench/RESULTS.md, 2026-12-04). Give it most of the machine's free
-// memory: go run ./bench/internal/warmmem -gib 21
+// Command warmmem touches every page of N GiB of memory once and prints
+// how long that took: on this project's VM, whose hypervisor backs guest
+// memory on first touch and takes freed memory back (free page reporting),
+// a fresh page costs a host fault, and the time per GiB tells how cold the
+// machine's memory is before a benchmark (about 0.1 s a GiB where pages
+// are cheap, 1 to 2.5 s here). Touching most of the free memory after a
+// boot made page-cache writes three to six times faster for the runs that
+// followed; memory a process frees turns cold again (bench/RESULTS.md,
+// 2026-12-04). Example: go run ./bench/internal/warmmem -gib 2
 package main
 
 import (
@@ -30,7 +32,8 @@ func main() {
 			b[j] = 1
 		}
 		sink ^= b[len(b)-4096]
-		// Kept until the end: a chunk freed and reused would touch the same pages again.
+		// Kept until the end: a chunk freed and reused would touch the
+		// same pages again.
 		keep = append(keep, b)
 	}
 	fmt.Printf("warmmem: touched %d GiB in %s (%d)\n", *gib, time.Since(start).Round(time.Millisecond), sink)
