@@ -474,6 +474,34 @@ func runChild(cmd *exec.Cmd) (proc, error) {
 	return p, nil
 }
 
+// brokerCPU is the kfake broker process's CPU time so far (user and
+// system, from /proc/PID/stat); 0 on Apache Kafka, whose process is not
+// the fixture's. The difference across a phase is what the broker spent
+// serving it: on two cores the broker's CPU is CPU a reader does not get.
+func (f *fixture) brokerCPU() time.Duration {
+	if f.broker == nil || f.broker.Process == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.broker.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields counted from after its closing one.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	// USER_HZ is 100 on Linux.
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // readStatus returns RssAnon, VmRSS and VmHWM in bytes (0 once the process
 // is gone).
 func readStatus(path string) (anon, rss, hwm int64) {

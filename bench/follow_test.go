@@ -134,11 +134,13 @@ func BenchmarkFollowApply(b *testing.B) {
 	}
 	var follows, raws, floors []time.Duration
 	for i := 0; i < b.N; i++ {
+		bc0 := f.brokerCPU()
 		fl, err := f.floorRead(false)
 		if err != nil {
 			b.Fatal(err)
 		}
 		floors = append(floors, fl.took)
+		bc1 := f.brokerCPU()
 		raw, err := f.rawConsume()
 		if err != nil {
 			b.Fatal(err)
@@ -148,6 +150,7 @@ func BenchmarkFollowApply(b *testing.B) {
 		dir := b.TempDir()
 		db := filepath.Join(dir, "tables.db")
 		emptyFollowed(b, db, "bench", f.topic, partitions)
+		bc2 := f.brokerCPU()
 		started := time.Now()
 		d := followDaemon(b, f, dir, db, "bench", f.topic)
 		cl := unixClient(d.sock)
@@ -177,6 +180,7 @@ func BenchmarkFollowApply(b *testing.B) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		took := time.Since(started)
+		bc3 := f.brokerCPU()
 		follows = append(follows, took)
 		d.stop(b)
 		if p := os.Getenv("KMATERIALIZE_BENCH_FOLLOW_LOG"); p != "" {
@@ -191,10 +195,10 @@ func BenchmarkFollowApply(b *testing.B) {
 		if ps := d.cmd.ProcessState; ps != nil {
 			cpu = ps.UserTime() + ps.SystemTime()
 		}
-		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s; daemon CPU %s); raw consume %s (%.0f records/s); floor %s (%.0f records/s)\n",
-			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond),
+		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s; daemon CPU %s, broker CPU %s); raw consume %s (%.0f records/s); floor %s (%.0f records/s; CPU %s, broker CPU %s)\n",
+			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond), (bc3 - bc2).Round(time.Millisecond),
 			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds(),
-			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds())
+			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds(), fl.cpu.Round(time.Millisecond), (bc1 - bc0).Round(time.Millisecond))
 	}
 	fm, rm, flm := median(follows), median(raws), median(floors)
 	b.ReportMetric(float64(f.records)/fm.Seconds(), "follow-records/s")
