@@ -45,9 +45,11 @@ const followBehindCommit = time.Second
 // rest is headroom for the garbage collector, as memorySplit explains):
 //
 //   - the client's prefetch queue, M/8: librdkafka's
-//     queued.max.messages.kbytes (C memory), unless the properties set it;
+//     queued.max.messages.kbytes (C memory), unless the properties set it,
+//     divided among the readers (Spec.Readers, replay.Config.Readers);
 //   - the records read and not yet handed over (past the last stable
-//     offset seen, replay.FollowConfig.MaxBytes), M/16;
+//     offset seen, replay.FollowConfig.MaxBytes), M/16, divided among
+//     them too;
 //   - the batches handed over and not yet folded or committed, M/16 (the
 //     in-flight semaphore);
 //   - a latest table's rows folded and not yet committed (the last
@@ -247,6 +249,11 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
 		rc.Props = props
 	}
+	// As a rebuild's, the partitions are read by Spec.Readers consumers
+	// (replay's "Parallel followers"), the others' loops at the priority
+	// of this one.
+	rc.Readers = readers(spec.Readers)
+	rc.Lower = opts.CPU.Run
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
 	rc.Check = a.checkStart
 	fc := replay.FollowConfig{Config: rc, From: from, Interval: opts.Interval, Refresh: opts.Refresh, ConfigRefresh: opts.CheckInterval, MaxBytes: opts.MaxApplyBytes}
@@ -484,8 +491,8 @@ func WatchLive(ctx context.Context, opts FollowOptions) error {
 
 // followSpec is the Spec a follower of the table published with meta
 // reads and folds by: the stored definition, with the run's settings of
-// opts.Spec (on_bad_record, stall_timeout); opts.Spec itself for a table
-// stored without a definition.
+// opts.Spec (on_bad_record, stall_timeout, memory, readers); opts.Spec
+// itself for a table stored without a definition.
 func followSpec(opts FollowOptions, meta store.TableMeta) (Spec, error) {
 	stored, err := specOf(opts.DB, meta)
 	if errors.Is(err, ErrNoSpec) {
@@ -498,7 +505,7 @@ func followSpec(opts FollowOptions, meta store.TableMeta) (Spec, error) {
 		opts.Log.Info().Str("table", meta.Name).Strs("changed", ch).
 			Msg("the configured definition differs from the published table's: following by the published one until a rebuild publishes the new one")
 	}
-	stored.OnBadRecord, stored.StallTimeout, stored.Memory = opts.Spec.OnBadRecord, opts.Spec.StallTimeout, opts.Spec.Memory
+	stored.OnBadRecord, stored.StallTimeout, stored.Memory, stored.Readers = opts.Spec.OnBadRecord, opts.Spec.StallTimeout, opts.Spec.Memory, opts.Spec.Readers
 	return stored, nil
 }
 

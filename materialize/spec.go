@@ -90,10 +90,11 @@ type Spec struct {
 	// Memory bounds the bytes a rebuild's records and rows take in memory
 	// (Options.Memory). 0 means DefaultMemory; negative is invalid.
 	Memory int64 `json:"memory,omitempty"`
-	// Readers is how many consumers a rebuild reads the topic's
-	// partitions with (replay.Config.Readers), each a share of them and of
-	// Memory's prefetch and batch parts. 0 means DefaultReaders; at most
-	// MaxReaders.
+	// Readers is how many consumers a rebuild, an update or a follower
+	// reads the topic's partitions with (replay.Config.Readers), each a
+	// share of them and of Memory's prefetch and batch parts (a
+	// follower's: of what it holds for a stable offset). 0 means
+	// DefaultReaders; at most MaxReaders.
 	Readers int `json:"readers,omitempty"`
 	// ValueFormat and KeyFormat say how record values and keys are decoded
 	// before the fold (package decode): raw (the default, ""), json,

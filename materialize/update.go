@@ -251,6 +251,7 @@ func update(ctx context.Context, o UpdateOptions, spec Spec, meta store.TableMet
 	if o.CPU != nil {
 		rc.CPU = o.CPU
 	}
+	rc.Lower = o.CPU.Run // every reader at the priority of the one below
 	// The replay's clients close while the apply or merge and the publish
 	// run (a close waits for the fetch in flight); the update returns
 	// after.

@@ -390,61 +390,6 @@ func TestBatchReaderKeepsConsumerEvents(t *testing.T) {
 	}
 }
 
-// TestFollowBatchesMatchPerRecord: the follower reads the mixed topic the
-// same way in batches and one message a Poll, with a byte budget smaller
-// than a record.
-func TestFollowBatchesMatchPerRecord(t *testing.T) {
-	topic := newTopic(t, 4)
-	produceMixed(t, topic)
-	marks, err := broker.Marks(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	follow := func(perRecord bool) []fullRec {
-		c := FollowConfig{Config: cfg(t, topic), From: map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0}, Interval: 10 * time.Millisecond, Refresh: 50 * time.Millisecond}
-		c.Headers, c.perRecord, c.BatchRecords, c.MaxBytes = true, perRecord, 50, 64<<10
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var got []fullRec
-		pos := map[int32]int64{}
-		done := make(chan error, 1)
-		go func() {
-			done <- Tail(ctx, c, func(b FollowBatch) error {
-				for _, r := range b.Records {
-					got = append(got, toFull(r))
-				}
-				for p, o := range b.Positions {
-					pos[p] = o
-				}
-				for p := range marks {
-					if pos[p] < marks[p].High {
-						return nil
-					}
-				}
-				cancel()
-				return nil
-			})
-		}()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("perRecord=%v: %v", perRecord, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("perRecord=%v: positions %v never reached the high marks %v", perRecord, pos, marks)
-		}
-		sortFull(got)
-		return got
-	}
-	want, got := follow(true), follow(false)
-	if len(want) < 300 {
-		t.Fatalf("the oracle followed %d records, want >= 300", len(want))
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("records (-per record +batches):\n%s", diff)
-	}
-}
-
 // TestFollowHeldRecordsOwnTheirBytes: records held past a cut are copied
 // out of their batch's arena (followPart.own), once, and keep their
 // contents.

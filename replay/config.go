@@ -116,6 +116,12 @@ type Config struct {
 	// records nor around the sink: a daemon's reads keep a P while
 	// replays run (package cpushare's Share is one).
 	CPU Pacer
+	// Lower, if set, runs fn, a reader's read loop on a goroutine of its
+	// own, at the lower CPU priority the caller's own goroutine reads at
+	// (a daemon's cpushare.Share.Run): with Readers N, the loops past the
+	// first run on goroutines of their own, which would otherwise read at
+	// the default priority. nil: fn runs as it is.
+	Lower func(fn func())
 	// CloseBehind makes Run return once the end marks are reached (or it
 	// failed) without waiting for its Kafka clients to close: a close
 	// waits for the fetch in flight, which the broker holds up to
@@ -145,6 +151,15 @@ type Config struct {
 	// a rebuild's catch-up refuse there a checkpoint the topic no longer
 	// fits.
 	Check func(Plan) error
+}
+
+// lower runs fn by Lower, or as it is.
+func (c Config) lower(fn func()) {
+	if c.Lower == nil {
+		fn()
+		return
+	}
+	c.Lower(fn)
 }
 
 func (c *Config) withDefaults() Config {

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +64,9 @@ import (
 // silently skip them.
 var ErrCheckpointBelowLow = errors.New("checkpoint below the retained low")
 
-// FollowConfig describes one follower. Brokers, Topic, Props, Headers and
-// Log mean what they mean for Run; StallTimeout bounds each metadata and
+// FollowConfig describes one follower. Brokers, Topic, Props, Headers,
+// Readers (see "Parallel followers"), Lower and Log mean what they mean
+// for Run; StallTimeout bounds each metadata and
 // ListOffsets request (default 30s). BatchRecords is how many records a read
 // round takes before a batch is due; a batch holds fewer when records wait
 // for a stable offset, and more when they then go together (at most about
@@ -191,6 +192,10 @@ type FollowSink func(FollowBatch) error
 // they last; the live marks say how far behind the follower is meanwhile.
 func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	base := c.Config.withDefaults()
+	if base.Readers > 1 {
+		// As Run's readers: the prefetch queue divided among them.
+		base = base.shared()
+	}
 	c.Config = base
 	if c.Interval <= 0 {
 		c.Interval = 200 * time.Millisecond
@@ -211,7 +216,8 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	owned := []*clients{cl} // and the other readers', closed together
+	defer func() { closeClients(owned, false) }()
 	plan, err := capture(ctx, cl, c.Config)
 	if err != nil {
 		return err
@@ -230,32 +236,168 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 			return err
 		}
 	}
-	f := &follower{c: c, cl: cl, parts: map[int32]*followPart{}, added: make(chan []PartitionBounds, 1)}
-	f.pr = &partReader{c: c.Config, cl: cl, d: f, op: "follow", logPrefix: "follow: ", lowsTimeout: f.timeout()}
-	if f.bq = f.pr.openBatches(); f.bq != nil {
-		defer f.bq.close()
-	}
-	if err := f.assign(plan); err != nil {
+	if err := checkFrom(c.Topic, c.From, plan); err != nil {
 		return err
+	}
+	t := &tail{c: c, added: make(chan []PartitionBounds, 1), sink: sink}
+	n := max(min(c.Readers, len(plan.Partitions)), 1)
+	shares := deal(plan, n)
+	refused := new(atomic.Bool) // the readers' groups are refused alike: one warning
+	for i := 0; i < n; i++ {
+		fc := c
+		fc.MaxBytes = max(c.MaxBytes/int64(n), 1)
+		fcl := cl
+		if i > 0 {
+			if fcl, err = newClients(fc.Config); err != nil {
+				return err
+			}
+			owned = append(owned, fcl)
+		}
+		f := &follower{c: fc, cl: fcl, t: t, parts: map[int32]*followPart{}}
+		followersMade.Add(1)
+		if i == 0 {
+			// Partitions added to the topic go to the first reader.
+			f.added = t.added
+		}
+		f.pr = &partReader{c: fc.Config, cl: fcl, d: f, op: "follow", logPrefix: "follow: ", lowsTimeout: f.timeout(), groupRefused: refused}
+		if f.bq = f.pr.openBatches(); f.bq != nil {
+			defer f.bq.close()
+		}
+		if err := f.assign(shares[i]); err != nil {
+			return err
+		}
+		t.fs = append(t.fs, f)
+	}
+	if n > 1 {
+		t.positions = make(map[int32]int64, len(plan.Partitions))
+		for _, f := range t.fs {
+			for p, st := range f.parts {
+				t.positions[p] = st.out
+			}
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		f.refresh(rctx)
+		t.refresh(rctx)
 	}()
 	go func() {
 		defer wg.Done()
-		f.pollStable(rctx)
+		t.pollStable(rctx)
 	}()
-	err = f.loop(ctx, sink)
+	err = t.run(rctx)
 	cancel()
 	wg.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, ctx.Err())) {
 		return nil
 	}
 	return err
+}
+
+// Parallel followers.
+//
+// With Config.Readers N, a follower's partitions are dealt round robin to
+// N readers at the start, as Run deals a replay's (parallel.go): each its
+// own consumer, batch queue and read loop (a follower), holding its own
+// partitions' records and cutting its own batches by the rules of "Where
+// a batch ends", which are a partition's own. The prefetch queue and
+// MaxBytes are divided among them, so that N readers hold what one does.
+// What concerns the topic stays one: the refresh (live marks, partitions
+// added, the topic's configuration) and the stable-offset poll run once
+// for all, on the first reader's admin client; the first reader reads the
+// partitions added to the topic. The sink is called by one reader at a
+// time, and each batch's Positions name every followed partition: the
+// reader's own after its records, every other's as the last batch handed
+// over left it (those records were handed over before). The first error
+// stops the others and is the follower's.
+
+// followersMade counts the followers' readers made in this process, for
+// the tests to tell how many read.
+var followersMade atomic.Int64
+
+// tail is what a follower's readers share.
+type tail struct {
+	c  FollowConfig
+	fs []*follower
+	// known holds every partition followed or handed to the first
+	// reader to add (partition -> true), read by the refresh.
+	known sync.Map
+	// added carries partitions the refresh found that are not followed
+	// yet, from the refresh goroutine to the first reader's loop.
+	added chan []PartitionBounds
+
+	sinkMu sync.Mutex
+	sink   FollowSink
+	// positions is every partition's position as the batches handed over
+	// left it (nil with one reader, whose batches name all); guarded by
+	// sinkMu.
+	positions map[int32]int64
+}
+
+// run runs the readers' loops, the first on the caller's goroutine (at the
+// caller's CPU priority, which a daemon lowers: Config.Lower runs the
+// others at it too), until ctx ends (nil) or the first error.
+func (t *tail) run(ctx context.Context) error {
+	if len(t.fs) == 1 {
+		return t.fs[0].loop(ctx, t.deliver)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		first     error
+		firstOnce sync.Once
+		wg        sync.WaitGroup
+	)
+	one := func(f *follower) {
+		if err := f.loop(ctx, t.deliver); err != nil {
+			firstOnce.Do(func() { first = err })
+			cancel()
+		}
+	}
+	for _, f := range t.fs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.c.lower(func() { one(f) })
+		}()
+	}
+	one(t.fs[0])
+	wg.Wait()
+	return first
+}
+
+// deliver hands b to the sink, one reader at a time, with the positions of
+// every followed partition.
+func (t *tail) deliver(b FollowBatch) error {
+	t.sinkMu.Lock()
+	defer t.sinkMu.Unlock()
+	if t.positions != nil {
+		for p, pos := range b.Positions {
+			t.positions[p] = pos
+		}
+		b.Positions = maps.Clone(t.positions)
+	}
+	return t.sink(b)
+}
+
+// noteLSOs hands every reader last stable offsets read (each takes its
+// own partitions').
+func (t *tail) noteLSOs(lsos map[int32]int64) {
+	for _, f := range t.fs {
+		f.noteLSOs(lsos)
+	}
+}
+
+// waiting reports whether some reader holds records for a stable offset.
+func (t *tail) waiting() bool {
+	for _, f := range t.fs {
+		if f.waiting.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // followPart is one followed partition, owned by the read loop.
@@ -383,14 +525,16 @@ func (st *followPart) take(at int64, into []record.Record) []record.Record {
 	return into
 }
 
+// follower is one reader of a follower's partitions (see "Parallel
+// followers"): its consumer, its partitions' records held, its batches.
 type follower struct {
 	c     FollowConfig
 	cl    *clients
+	t     *tail
 	parts map[int32]*followPart
-	// added carries partitions the refresh found that are not followed
-	// yet, from the refresh goroutine to the loop.
+	// added is the tail's for the first reader (the partitions added to
+	// the topic it reads), nil for the others.
 	added chan []PartitionBounds
-	known sync.Map // partition -> true, read by refresh
 	// lsos are the last stable offsets the refresh read, for the loop to
 	// take (nil once taken).
 	lsoMu sync.Mutex
@@ -406,21 +550,15 @@ type follower struct {
 	bq *batchQueue
 }
 
-// assign checks the start positions against the captured marks and assigns
-// every partition of the plan.
-func (f *follower) assign(plan Plan) error {
-	topic := f.c.Topic
+// checkFrom checks the start positions from against the captured marks of
+// every partition of plan.
+func checkFrom(topic string, from map[int32]int64, plan Plan) error {
 	have := map[int32]PartitionBounds{}
 	for _, pb := range plan.Partitions {
 		have[pb.Partition] = pb
 	}
-	from := make([]int32, 0, len(f.c.From))
-	for p := range f.c.From {
-		from = append(from, p)
-	}
-	sort.Slice(from, func(i, j int) bool { return from[i] < from[j] })
-	for _, p := range from {
-		off := f.c.From[p]
+	for _, p := range slices.Sorted(maps.Keys(from)) {
+		off := from[p]
 		pb, ok := have[p]
 		switch {
 		case !ok:
@@ -435,6 +573,13 @@ func (f *follower) assign(plan Plan) error {
 				Detail: fmt.Sprintf("the checkpoint of partition %d is at %d, above the high watermark %d (was the topic deleted and created again?); rebuild the table", p, off, pb.High)}
 		}
 	}
+	return nil
+}
+
+// assign assigns every partition of plan (the reader's share, its start
+// positions checked by checkFrom).
+func (f *follower) assign(plan Plan) error {
+	topic := f.c.Topic
 	var tps []kafka.TopicPartition
 	for _, pb := range plan.Partitions {
 		st := &followPart{partition: pb.Partition, newLow: -1}
@@ -445,7 +590,7 @@ func (f *follower) assign(plan Plan) error {
 			st.newLow = pb.Low
 		}
 		f.parts[pb.Partition] = st
-		f.known.Store(pb.Partition, true)
+		f.t.known.Store(pb.Partition, true)
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: pb.Partition, Offset: kafka.Offset(st.pos)})
 	}
 	if err := f.forward(tps); err != nil {
@@ -474,10 +619,11 @@ func (f *follower) forward(tps []kafka.TopicPartition) error {
 }
 
 // refresh asks for the live marks and the partition set every Refresh,
-// until ctx ends.
-func (f *follower) refresh(ctx context.Context) {
-	t := time.NewTicker(f.c.Refresh)
-	defer t.Stop()
+// until ctx ends, on the first reader's admin client.
+func (t *tail) refresh(ctx context.Context) {
+	f := t.fs[0]
+	tick := time.NewTicker(f.c.Refresh)
+	defer tick.Stop()
 	timeout := min(f.c.StallTimeout, 5*time.Second)
 	// The configuration was read by capture at the start.
 	configRead := time.Now()
@@ -489,19 +635,19 @@ func (f *follower) refresh(ctx context.Context) {
 		}
 		err := marks.Error
 		if err == nil {
-			f.noteLSOs(marks.LSO)
+			t.noteLSOs(marks.LSO)
 			var added []PartitionBounds
 			for _, p := range parts {
-				if _, ok := f.known.Load(p.Partition); !ok {
+				if _, ok := t.known.Load(p.Partition); !ok {
 					p.Low, p.High = marks.Low[p.Partition], marks.High[p.Partition]
 					added = append(added, p)
 				}
 			}
 			if len(added) > 0 {
 				select {
-				case f.added <- added:
+				case t.added <- added:
 					for _, p := range added {
-						f.known.Store(p.Partition, true)
+						t.known.Store(p.Partition, true)
 					}
 				default: // the loop has not taken the last ones yet; next time
 				}
@@ -519,7 +665,7 @@ func (f *follower) refresh(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
 	}
 }
@@ -748,26 +894,26 @@ func (f *follower) noteLSOs(lsos map[int32]int64) {
 // pollStable asks for the followed partitions' last stable offsets every
 // StableRefresh while the loop holds records for one, until ctx ends. A
 // failed request is left to the refresh, which reports its errors.
-func (f *follower) pollStable(ctx context.Context) {
-	t := time.NewTicker(f.c.StableRefresh)
-	defer t.Stop()
-	timeout := min(f.c.StallTimeout, 5*time.Second)
+func (t *tail) pollStable(ctx context.Context) {
+	tick := time.NewTicker(t.c.StableRefresh)
+	defer tick.Stop()
+	timeout := min(t.c.StallTimeout, 5*time.Second)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
-		if !f.waiting.Load() {
+		if !t.waiting() {
 			continue
 		}
-		plan := Plan{Topic: f.c.Topic}
-		f.known.Range(func(k, _ any) bool {
+		plan := Plan{Topic: t.c.Topic}
+		t.known.Range(func(k, _ any) bool {
 			plan.Partitions = append(plan.Partitions, PartitionBounds{Partition: k.(int32)})
 			return true
 		})
-		if lsos, err := LSOs(ctx, f.cl.admin, plan, timeout); err == nil {
-			f.noteLSOs(lsos)
+		if lsos, err := LSOs(ctx, t.fs[0].cl.admin, plan, timeout); err == nil {
+			t.noteLSOs(lsos)
 		}
 	}
 }

@@ -52,10 +52,8 @@ func (c Config) shared() Config {
 // materialize's splits) and N readers divide.
 const PrefetchProperty = "queued.max.messages.kbytes"
 
-// runReaders reads plan with c.Readers readers, the first on cl; the
-// clients it makes for the others are added to owned, which Run closes.
-func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, plan Plan, sink Sink, started time.Time) (Result, error) {
-	n := min(c.Readers, len(plan.Partitions))
+// deal divides plan's partitions round robin into n plans (n at least 1).
+func deal(plan Plan, n int) []Plan {
 	shares := make([]Plan, n)
 	for i := range shares {
 		shares[i] = plan
@@ -64,6 +62,14 @@ func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, p
 	for i, pb := range plan.Partitions {
 		shares[i%n].Partitions = append(shares[i%n].Partitions, pb)
 	}
+	return shares
+}
+
+// runReaders reads plan with c.Readers readers, the first on cl; the
+// clients it makes for the others are added to owned, which Run closes.
+func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, plan Plan, sink Sink, started time.Time) (Result, error) {
+	n := min(c.Readers, len(plan.Partitions))
+	shares := deal(plan, n)
 	clients := []*clients{cl}
 	for i := 1; i < n; i++ {
 		other, err := newClients(c)
@@ -94,24 +100,33 @@ func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, p
 		firstOnce sync.Once
 		wg        sync.WaitGroup
 	)
-	for i := 0; i < n; i++ {
+	readers := make([]*reader, n)
+	for i := range readers {
 		rc := c
 		if c.Progress != nil {
 			rc.Progress = func(p Progress) { prog.update(i, p) }
 		}
-		r := newReader(rc, clients[i], shares[i], one, started)
-		r.pr.groupRefused = refused
+		readers[i] = newReader(rc, clients[i], shares[i], one, started)
+		readers[i].pr.groupRefused = refused
+	}
+	runOne := func(i int) {
+		var err error
+		results[i], err = readers[i].run(rctx)
+		if err != nil {
+			firstOnce.Do(func() { first = err })
+			cancel()
+		}
+	}
+	// The first reader reads on the caller's goroutine, at its CPU
+	// priority (a daemon lowers it); Config.Lower runs the others at it.
+	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var err error
-			results[i], err = r.run(rctx)
-			if err != nil {
-				firstOnce.Do(func() { first = err })
-				cancel()
-			}
+			c.lower(func() { runOne(i) })
 		}()
 	}
+	runOne(0)
 	wg.Wait()
 
 	res := Result{Plan: plan}

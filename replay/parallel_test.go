@@ -30,6 +30,11 @@ func TestReadersMatchOneReader(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			c := cfg(t, topic)
 			c.Headers, c.Readers, c.BatchRecords = true, n, 13
+			var lowered atomic.Int32
+			c.Lower = func(fn func()) {
+				lowered.Add(1)
+				fn()
+			}
 			var inSink, overlaps atomic.Int32
 			var last Progress
 			c.Progress = func(p Progress) { last = p }
@@ -54,6 +59,9 @@ func TestReadersMatchOneReader(t *testing.T) {
 			}
 			if overlaps.Load() != 0 {
 				t.Fatalf("the sink was called by two readers at once %d times", overlaps.Load())
+			}
+			if want := int32(min(n, 4) - 1); lowered.Load() != want {
+				t.Fatalf("%d loops run by Config.Lower, want %d (all but the caller's)", lowered.Load(), want)
 			}
 			if res.Records != int64(len(want)) || last.Records != res.Records || len(last.Partitions) != 4 {
 				t.Fatalf("result %d records, last progress %d records over %d partitions; want %d over 4", res.Records, last.Records, len(last.Partitions), len(want))
