@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -187,12 +188,46 @@ func (c *Config) withDefaults() Config {
 // backoff between queue refills, which leaves most of a replay's throughput
 // unused (the measurement is in bench/RESULTS.md, "Measurements the code's
 // choices rest on").
+//
+// fetch.wait.max.ms is short because librdkafka keeps one fetch in flight
+// per broker connection: when the prefetch queue is full, the partitions
+// with records to fetch back off (fetch.queue.backoff.ms) while those
+// already at their end do not, so the next fetch may name only the
+// latter, and the broker holds it, having nothing for them, for
+// fetch.wait.max.ms; the records of the others wait behind it. At the end
+// of a replay, while some partitions are done and others are not, that
+// cost 100 ms at a time (a 1M-record read of the C floor: 0.54 to 0.62 s
+// at 100 ms, 0.41 to 0.50 s at 10 ms; bench/RESULTS.md, 2026-12-06). A
+// bounded replay ends; a follower, which keeps its consumers idle at the
+// live end, waits longer (followFetchWait).
 var TunedDefaults = map[string]string{
 	"fetch.queue.backoff.ms":     "10",
 	"queued.min.messages":        "20000",
 	"queued.max.messages.kbytes": "16384",
-	"fetch.wait.max.ms":          "100",
+	"fetch.wait.max.ms":          "10",
 	"client.id":                  "kmaterialize",
+}
+
+// followFetchWait is a follower's fetch.wait.max.ms unless Props set it:
+// each of its consumers idle at the live end asks for records once per
+// fetch.wait.max.ms, for as long as the table is followed (10 a second at
+// 100 ms, 100 at TunedDefaults' 10 ms), and a record that comes is
+// answered at once either way.
+const followFetchWait = "100"
+
+// followDefaults is c with a follower's fetch.wait.max.ms unless c.Props
+// sets one; c.Props is not changed.
+func (c Config) followDefaults() Config {
+	if _, set := c.Props[fetchWaitProperty]; set {
+		return c
+	}
+	props := maps.Clone(c.Props)
+	if props == nil {
+		props = map[string]string{}
+	}
+	props[fetchWaitProperty] = followFetchWait
+	c.Props = props
+	return c
 }
 
 // GroupPrefixProperty names kmaterialize's own property (not librdkafka's)

@@ -23,7 +23,7 @@ func TestConsumerProperties(t *testing.T) {
 		"queued.max.messages.kbytes": "32768",
 		"queued.min.messages":        "20000",
 		"fetch.queue.backoff.ms":     "10",
-		"fetch.wait.max.ms":          "100",
+		"fetch.wait.max.ms":          "10",
 		"client.id":                  "kmaterialize",
 		"isolation.level":            "read_committed",
 		"enable.auto.commit":         "false",
@@ -54,5 +54,39 @@ func TestConsumerProperties(t *testing.T) {
 	}
 	if _, err := ConsumerProperties(Config{}); err == nil {
 		t.Error("no brokers: no error")
+	}
+}
+
+// TestFollowFetchWait: a follower's consumers wait longer at the live end
+// than a bounded replay's (followFetchWait, TunedDefaults), unless the
+// properties say otherwise, and the caller's properties are not changed.
+func TestFollowFetchWait(t *testing.T) {
+	for _, c := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{nil, followFetchWait},
+		{map[string]string{"client.id": "x"}, followFetchWait},
+		{map[string]string{"fetch.wait.max.ms": "7"}, "7"},
+	} {
+		before := len(c.props)
+		fc := Config{Brokers: "b:9092", Props: c.props}.followDefaults()
+		props, err := ConsumerProperties(fc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := props["fetch.wait.max.ms"]; got != c.want {
+			t.Errorf("props %v: a follower's fetch.wait.max.ms %s, want %s", c.props, got, c.want)
+		}
+		if len(c.props) != before {
+			t.Errorf("props %v: the caller's properties were changed", c.props)
+		}
+		bounded, err := ConsumerProperties(Config{Brokers: "b:9092", Props: c.props})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.props["fetch.wait.max.ms"] == "" && bounded["fetch.wait.max.ms"] != TunedDefaults["fetch.wait.max.ms"] {
+			t.Errorf("props %v: a bounded replay's fetch.wait.max.ms %s, want the tuned %s", c.props, bounded["fetch.wait.max.ms"], TunedDefaults["fetch.wait.max.ms"])
+		}
 	}
 }

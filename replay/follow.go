@@ -196,7 +196,7 @@ func Tail(ctx context.Context, c FollowConfig, sink FollowSink) error {
 		// As Run's readers: the prefetch queue divided among them.
 		base = base.shared()
 	}
-	c.Config = base
+	c.Config = base.followDefaults()
 	if c.Interval <= 0 {
 		c.Interval = 200 * time.Millisecond
 	}

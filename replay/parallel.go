@@ -52,6 +52,10 @@ func (c Config) shared() Config {
 // materialize's splits) and N readers divide.
 const PrefetchProperty = "queued.max.messages.kbytes"
 
+// fetchWaitProperty is how long a broker holds a fetch it has no records
+// for (TunedDefaults, followFetchWait).
+const fetchWaitProperty = "fetch.wait.max.ms"
+
 // deal divides plan's partitions round robin into n plans (n at least 1).
 func deal(plan Plan, n int) []Plan {
 	shares := make([]Plan, n)
