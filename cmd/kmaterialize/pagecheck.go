@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +20,14 @@ import (
 // store.PageCheck). Its output is for the parent only.
 const pageCheckCommandName = "internal-page-check"
 
+// pageCheckGOGCEnv carries the parent's GOGC (empty when unset) to the
+// page-check child, which pageCheck starts with GOGC=off: the child is this
+// whole executable, whose package initialization allocates several MB (the
+// Schema Registry serdes build their descriptors) and would run one or two
+// collections for nothing, about 4 ms of a daemon's start on two cores. The
+// child's action restores the parent's setting before the walk.
+const pageCheckGOGCEnv = "KMATERIALIZE_PAGE_CHECK_GOGC"
+
 func pageCheckCommand() *cli.Command {
 	return &cli.Command{
 		Name:   pageCheckCommandName,
@@ -28,6 +39,7 @@ func pageCheckCommand() *cli.Command {
 			&cli.BoolFlag{Name: "full", Usage: "bbolt's full consistency check"},
 		},
 		Action: func(c *cli.Context) error {
+			restorePageCheckGC()
 			return store.PageCheckMain(c.String("db"), lockTimeout(c), c.Bool("full"), stdoutOf(c))
 		},
 	}
@@ -44,5 +56,25 @@ var pageCheck = store.ChildPageCheck(func(ctx context.Context, path string, time
 	if full {
 		args = append(args, "--full")
 	}
-	return exec.CommandContext(ctx, exe, args...)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	// The last of a duplicated variable wins.
+	cmd.Env = append(os.Environ(), "GOGC=off", pageCheckGOGCEnv+"="+os.Getenv("GOGC"))
+	return cmd
 })
+
+// restorePageCheckGC sets the collector as the parent's GOGC would have (the
+// runtime's reading of it: off, a decimal percentage, anything else 100) when pageCheck
+// started this process; otherwise GOGC was this process's own already.
+func restorePageCheckGC() {
+	v, ok := os.LookupEnv(pageCheckGOGCEnv)
+	if !ok {
+		return
+	}
+	percent := 100
+	if v == "off" {
+		percent = -1
+	} else if n, err := strconv.ParseInt(v, 10, 32); err == nil && !strings.HasPrefix(v, "+") {
+		percent = int(n)
+	}
+	debug.SetGCPercent(percent)
+}
