@@ -24,6 +24,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kmaterialize: second signal, exiting now")
 		os.Exit(130)
 	}()
+	// The page-check child (pagecheck.go) does without the CLI, not
+	// without the signal handling above: a first SIGINT or SIGTERM, which
+	// the terminal or systemd sends the child too, must not end its walk
+	// (a child killed without a result would mean a corrupt file).
+	if code, ok := pageCheckMain(os.Args, os.Stdout, os.Stderr); ok {
+		stop()
+		os.Exit(code)
+	}
 	code := runProcess(ctx, os.Args, os.Stdout, os.Stderr, processOptions{limitGoMemory: true})
 	stop()
 	os.Exit(code)

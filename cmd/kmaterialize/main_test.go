@@ -40,8 +40,11 @@ var (
 
 func TestMain(m *testing.M) {
 	// Commands run in-process re-execute os.Executable() (this test
-	// binary) for the page walk: act as the CLI then.
+	// binary) for the page walk: act as main does then.
 	if len(os.Args) > 1 && os.Args[1] == pageCheckCommandName {
+		if code, ok := pageCheckMain(os.Args, os.Stdout, os.Stderr); ok {
+			os.Exit(code)
+		}
 		os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
 	}
 	// A fuzzing run (.ci/fuzz: -run '^$' -fuzz NAME) runs one fuzz target

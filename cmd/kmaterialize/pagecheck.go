@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/debug"
@@ -45,6 +48,35 @@ func pageCheckCommand() *cli.Command {
 	}
 }
 
+// pageCheckMain runs the hidden command as pageCheck starts it (its name,
+// --db PATH, --lock-timeout DURATION and perhaps --full) without building
+// the CLI, which takes its commands' construction, a millisecond or more of
+// the child's start, for nothing. ok is false for any other command line,
+// which the CLI then runs (and reports, if it is wrong).
+func pageCheckMain(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) < 2 || args[1] != pageCheckCommandName {
+		return 0, false
+	}
+	fs := flag.NewFlagSet(pageCheckCommandName, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := fs.String("db", "", "")
+	timeout := fs.Duration("lock-timeout", store.DefaultLockTimeout, "")
+	full := fs.Bool("full", false, "")
+	if fs.Parse(args[2:]) != nil || fs.NArg() > 0 || *db == "" {
+		return 0, false
+	}
+	// As lockTimeout reads the flag.
+	if *timeout <= 0 {
+		*timeout = -1
+	}
+	restorePageCheckGC()
+	if err := store.PageCheckMain(*db, *timeout, *full, stdout); err != nil {
+		fmt.Fprintf(stderr, "kmaterialize: %s\n", err)
+		return 1, true
+	}
+	return 0, true
+}
+
 // pageCheck runs the page walk in a child: this same executable with the
 // hidden subcommand.
 var pageCheck = store.ChildPageCheck(func(ctx context.Context, path string, timeout time.Duration, full bool) *exec.Cmd {
@@ -62,9 +94,10 @@ var pageCheck = store.ChildPageCheck(func(ctx context.Context, path string, time
 	return cmd
 })
 
-// restorePageCheckGC sets the collector as the parent's GOGC would have (the
-// runtime's reading of it: off, a decimal percentage, anything else 100) when pageCheck
-// started this process; otherwise GOGC was this process's own already.
+// restorePageCheckGC sets the collector as the parent's GOGC would have
+// (read as the runtime reads it: off, a decimal percentage, anything else
+// 100) when pageCheck started this process; otherwise GOGC was this
+// process's own already.
 func restorePageCheckGC() {
 	v, ok := os.LookupEnv(pageCheckGOGCEnv)
 	if !ok {
