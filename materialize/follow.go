@@ -79,6 +79,16 @@ func splitFollowMemory(m int64) followMemorySplit {
 	return followMemorySplit{prefetchKiB: int(max(m/8/1024, 1)), apply: max(m/16, 1)}
 }
 
+// DefaultFollowReaders is how many consumers a follower reads its
+// partitions with when the table's definition does not say (Spec.Readers
+// 0): one, unlike a rebuild (DefaultReaders). A second one did not make a
+// catch-up faster on two cores (1M records: 0.91 s with one, 1.00 s with
+// two, medians of 5; bench/RESULTS.md, 2026-12-06): a follower's catch-up
+// waits on its fetches and its commit, not on its read loop, and each
+// consumer keeps its connections, threads and idle fetches for as long as
+// the table is followed.
+const DefaultFollowReaders = 1
+
 // ErrNoCheckpoint is returned by KeepCurrent when the table has no checkpoint to
 // follow from (it was never published by a rebuild).
 var ErrNoCheckpoint = errors.New("table has no checkpoint")
@@ -249,10 +259,13 @@ func KeepCurrent(ctx context.Context, opts FollowOptions) error {
 		props[prefetchProp] = strconv.Itoa(split.prefetchKiB)
 		rc.Props = props
 	}
-	// As a rebuild's, the partitions are read by Spec.Readers consumers
-	// (replay's "Parallel followers"), the others' loops at the priority
-	// of this one.
-	rc.Readers = readers(spec.Readers)
+	// The partitions are read by Spec.Readers consumers (replay's
+	// "Parallel followers"), the others' loops at the priority of this
+	// one; by one unless the table says (DefaultFollowReaders).
+	rc.Readers = DefaultFollowReaders
+	if spec.Readers > 0 {
+		rc.Readers = spec.Readers
+	}
 	rc.Lower = opts.CPU.Run
 	rc.TopicConfigs = []string{configCleanupPolicy, configDeleteRetention}
 	rc.Check = a.checkStart

@@ -434,10 +434,17 @@ func TestFollowCountDedupesAndStopsOnConflict(t *testing.T) {
 // are exactly the records applied from it), a reader checks in every
 // snapshot that each partition's rows are 0..n-1 with no hole, that the
 // checkpoint in the same transaction says exactly n records were applied,
-// and that n never goes backwards.
+// and that n never goes backwards; with one reader and with two, whose
+// applies each commit every partition's position.
 func TestFollowReadsArePrefixes(t *testing.T) {
+	for _, readers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("readers=%d", readers), func(t *testing.T) { testFollowReadsArePrefixes(t, readers) })
+	}
+}
+
+func testFollowReadsArePrefixes(t *testing.T, readers int) {
 	const parts = 3
-	r := newFollowRig(t, parts, materialize.Spec{Name: "seq"})
+	r := newFollowRig(t, parts, materialize.Spec{Name: "seq", Readers: readers})
 	seq := make([]int, parts)
 	next := func(n int) []localkafka.Record {
 		var out []localkafka.Record
@@ -637,10 +644,17 @@ func TestRebuildCatchesUpWithFollower(t *testing.T) {
 // is followed are read from their retained low (records deleted there
 // before the follower saw them are not expected) and join the checkpoint
 // with that low as their low and start; the table equals the oracle over
-// every record at or above it.
+// every record at or above it. With one reader and with two (the first
+// reads the added partitions).
 func TestFollowAddedPartitions(t *testing.T) {
+	for _, readers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("readers=%d", readers), func(t *testing.T) { testFollowAddedPartitions(t, readers) })
+	}
+}
+
+func testFollowAddedPartitions(t *testing.T, readers int) {
 	rng := testRand(t)
-	r := newFollowRig(t, 2, materialize.Spec{Name: "grow"})
+	r := newFollowRig(t, 2, materialize.Spec{Name: "grow", Readers: readers})
 	r.produce(randomRecords(rng, 2, 40, "a"))
 	r.rebuild()
 	r.follow()

@@ -75,8 +75,8 @@ func splitMemory(m int64, readers int) memorySplit {
 	}
 }
 
-// DefaultReaders is how many consumers a rebuild, an update or a follower
-// reads the topic's partitions with when the table's definition does not say
+// DefaultReaders is how many consumers a rebuild or an update reads the
+// topic's partitions with when the table's definition does not say
 // (Spec.Readers 0): two read faster than one even on two cores, since
 // librdkafka parses each consumer's fetch responses on that consumer's own
 // broker thread (bench/RESULTS.md, "Parallel readers").

@@ -94,7 +94,8 @@ type Spec struct {
 	// reads the topic's partitions with (replay.Config.Readers), each a
 	// share of them and of Memory's prefetch and batch parts (a
 	// follower's: of what it holds for a stable offset). 0 means
-	// DefaultReaders; at most MaxReaders.
+	// DefaultReaders for a rebuild or an update, DefaultFollowReaders for
+	// a follower; at most MaxReaders.
 	Readers int `json:"readers,omitempty"`
 	// ValueFormat and KeyFormat say how record values and keys are decoded
 	// before the fold (package decode): raw (the default, ""), json,
