@@ -475,12 +475,12 @@ func runChild(cmd *exec.Cmd) (proc, error) {
 }
 
 // brokerCPU is the kfake broker process's CPU time so far (user and
-// system, from /proc/PID/stat); 0 on Apache Kafka, whose process is not
+// system, from /proc/PID/stat); -1 on Apache Kafka, whose process is not
 // the fixture's. The difference across a phase is what the broker spent
 // serving it: on two cores the broker's CPU is CPU a reader does not get.
 func (f *fixture) brokerCPU() time.Duration {
 	if f.broker == nil || f.broker.Process == nil {
-		return 0
+		return -1
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.broker.Process.Pid))
 	if err != nil {
@@ -500,6 +500,15 @@ func (f *fixture) brokerCPU() time.Duration {
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	// USER_HZ is 100 on Linux.
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// cpuSpent is what a process spent between two readings of brokerCPU, or
+// "-" when they could not be taken.
+func cpuSpent(from, to time.Duration) string {
+	if from < 0 || to < 0 {
+		return "-"
+	}
+	return (to - from).Round(time.Millisecond).String()
 }
 
 // readStatus returns RssAnon, VmRSS and VmHWM in bytes (0 once the process

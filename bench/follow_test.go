@@ -202,9 +202,9 @@ func BenchmarkFollowApply(b *testing.B) {
 			cpu = ps.UserTime() + ps.SystemTime()
 		}
 		fmt.Printf("bench: follow round %d: applied %d records in %s (%.0f records/s; daemon CPU %s, broker CPU %s); raw consume %s (%.0f records/s); floor %s (%.0f records/s; CPU %s, broker CPU %s)\n",
-			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond), (bc3 - bc2).Round(time.Millisecond),
+			i, f.records, took.Round(time.Millisecond), float64(f.records)/took.Seconds(), cpu.Round(time.Millisecond), cpuSpent(bc2, bc3),
 			raw.took.Round(time.Millisecond), float64(f.records)/raw.took.Seconds(),
-			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds(), fl.cpu.Round(time.Millisecond), (bc1 - bc0).Round(time.Millisecond))
+			fl.took.Round(time.Millisecond), float64(f.records)/fl.took.Seconds(), fl.cpu.Round(time.Millisecond), cpuSpent(bc0, bc1))
 	}
 	fm, rm, flm := median(follows), median(raws), median(floors)
 	b.ReportMetric(float64(f.records)/fm.Seconds(), "follow-records/s")
