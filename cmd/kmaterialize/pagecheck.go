@@ -54,27 +54,43 @@ func pageCheckCommand() *cli.Command {
 // the child's start, for nothing. ok is false for any other command line,
 // which the CLI then runs (and reports, if it is wrong).
 func pageCheckMain(args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	if len(args) < 2 || args[1] != pageCheckCommandName {
+	pa, ok := parsePageCheckArgs(args)
+	if !ok {
 		return 0, false
-	}
-	fs := flag.NewFlagSet(pageCheckCommandName, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	db := fs.String("db", "", "")
-	timeout := fs.Duration("lock-timeout", store.DefaultLockTimeout, "")
-	full := fs.Bool("full", false, "")
-	if fs.Parse(args[2:]) != nil || fs.NArg() > 0 || *db == "" {
-		return 0, false
-	}
-	// As lockTimeout reads the flag.
-	if *timeout <= 0 {
-		*timeout = -1
 	}
 	restorePageCheckGC()
-	if err := store.PageCheckMain(*db, *timeout, *full, stdout); err != nil {
+	if err := store.PageCheckMain(pa.db, pa.timeout, pa.full, stdout); err != nil {
 		fmt.Fprintf(stderr, "kmaterialize: %s\n", err)
 		return 1, true
 	}
 	return 0, true
+}
+
+// pageCheckArgs are the hidden command's flags.
+type pageCheckArgs struct {
+	db      string
+	timeout time.Duration // as lockTimeout reads the flag: -1 for none
+	full    bool
+}
+
+// parsePageCheckArgs reads args (the whole command line) as the hidden
+// command with its flags and nothing else; ok is false for anything else.
+func parsePageCheckArgs(args []string) (pa pageCheckArgs, ok bool) {
+	if len(args) < 2 || args[1] != pageCheckCommandName {
+		return pa, false
+	}
+	fs := flag.NewFlagSet(pageCheckCommandName, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&pa.db, "db", "", "")
+	fs.DurationVar(&pa.timeout, "lock-timeout", store.DefaultLockTimeout, "")
+	fs.BoolVar(&pa.full, "full", false, "")
+	if fs.Parse(args[2:]) != nil || fs.NArg() > 0 || pa.db == "" {
+		return pageCheckArgs{}, false
+	}
+	if pa.timeout <= 0 {
+		pa.timeout = -1
+	}
+	return pa, true
 }
 
 // pageCheck runs the page walk in a child: this same executable with the

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -75,4 +76,47 @@ func TestRestorePageCheckGC(t *testing.T) {
 			t.Errorf("%s=%q (set %v): GC percent %d, want %d", pageCheckGOGCEnv, tc.env, tc.set, got, tc.want)
 		}
 	}
+}
+
+// FuzzPageCheckArgs: any command line (arguments separated by NUL) is
+// either the hidden command's, whose flags pageCheck's own rendering of
+// them reads back the same, or left to the CLI; none panics.
+func FuzzPageCheckArgs(f *testing.F) {
+	for _, seed := range []string{
+		"--db\x00/tmp/x.db\x00--lock-timeout\x003s",
+		"--db\x00/tmp/x.db\x00--lock-timeout\x000s\x00--full",
+		"--db=/tmp/x.db\x00--full=false",
+		"--lock-timeout\x00-5m\x00--db\x00a b",
+		"--db\x00x\x00extra",
+		"--no-such-flag",
+		"-db\x00x\x00-full=true\x00--",
+		"",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := []string{"kmaterialize", pageCheckCommandName}
+		if line != "" {
+			args = append(args, strings.Split(line, "\x00")...)
+		}
+		pa, ok := parsePageCheckArgs(args)
+		if !ok {
+			if pa != (pageCheckArgs{}) {
+				t.Fatalf("%q: refused but parsed %+v", args, pa)
+			}
+			return
+		}
+		if pa.db == "" || (pa.timeout <= 0 && pa.timeout != -1) {
+			t.Fatalf("%q: parsed %+v", args, pa)
+		}
+		// As pageCheck renders the flags for its child.
+		again := []string{"kmaterialize", pageCheckCommandName, "--db", pa.db, "--lock-timeout", pa.timeout.String()}
+		if pa.full {
+			again = append(again, "--full")
+		}
+		back, ok := parsePageCheckArgs(again)
+		if !ok || back != pa {
+			t.Fatalf("%q parsed %+v; its rendering %q parsed %+v (ok %v)", args, pa, again, back, ok)
+		}
+	})
 }
