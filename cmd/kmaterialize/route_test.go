@@ -618,6 +618,15 @@ func TestRoutedScanAcrossPublish(t *testing.T) {
 			resp.Body.Close()
 			switch resp.StatusCode {
 			case http.StatusOK:
+				// Publishes a little apart, as a schedule makes them: a
+				// scan that a publish interrupted starts over (up to
+				// scanAttempts times) and must finish before the next.
+				// Back to back (this table rebuilds in about 30 ms),
+				// three publishes could land inside one scan's attempts.
+				select {
+				case <-stop:
+				case <-time.After(150 * time.Millisecond):
+				}
 			case http.StatusConflict:
 				// A run is going (the daemon's start-up build, at first):
 				// ask again once it may have ended.
