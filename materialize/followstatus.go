@@ -188,6 +188,11 @@ func (s *FollowStatus) live(m replay.LiveMarks) {
 	if m.Error != nil {
 		return
 	}
+	if s.parts == nil {
+		// Marks watched before anything was followed (WatchLive during a
+		// table's first build, before start).
+		s.parts = map[int32]*PartitionStatus{}
+	}
 	for p, high := range m.High {
 		ps := s.parts[p]
 		if ps == nil {

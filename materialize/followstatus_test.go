@@ -45,3 +45,22 @@ func TestFollowStatusInherits(t *testing.T) {
 		t.Fatalf("a fresh status's lag %d, want -1 (not read yet)", lag)
 	}
 }
+
+// TestFollowStatusLiveBeforeStart: live marks read before anything was
+// followed (the marks a table's first build watches, before its follower
+// starts) are kept, each partition at its low, and the follower's start
+// takes them over; a fresh status took them with a panic (a nil map).
+func TestFollowStatusLiveBeforeStart(t *testing.T) {
+	at := time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
+	s := NewFollowStatus(nil)
+	s.live(replay.LiveMarks{At: at, High: map[int32]int64{0: 150}, Low: map[int32]int64{0: 20}})
+	want := []PartitionStatus{{Partition: 0, End: 20, LiveHigh: 150, Lag: 130}}
+	if diff := cmp.Diff(want, s.Snapshot().Partitions); diff != "" {
+		t.Fatalf("before the start (-want +got):\n%s", diff)
+	}
+	s.start(checkpoint.Checkpoint{Partitions: []checkpoint.Partition{{Partition: 0, End: 140}}})
+	want = []PartitionStatus{{Partition: 0, End: 140, LiveHigh: 150, Lag: 10}}
+	if diff := cmp.Diff(want, s.Snapshot().Partitions); diff != "" {
+		t.Fatalf("started (-want +got):\n%s", diff)
+	}
+}
