@@ -438,7 +438,7 @@ func TestFollowCountDedupesAndStopsOnConflict(t *testing.T) {
 // applies each commit every partition's position.
 func TestFollowReadsArePrefixes(t *testing.T) {
 	for _, readers := range []int{1, 2} {
-		t.Run(fmt.Sprintf("readers=%d", readers), func(t *testing.T) { testFollowReadsArePrefixes(t, readers) })
+		t.Run(fmt.Sprintf("readers%d", readers), func(t *testing.T) { testFollowReadsArePrefixes(t, readers) })
 	}
 }
 
@@ -648,7 +648,7 @@ func TestRebuildCatchesUpWithFollower(t *testing.T) {
 // reads the added partitions).
 func TestFollowAddedPartitions(t *testing.T) {
 	for _, readers := range []int{1, 2} {
-		t.Run(fmt.Sprintf("readers=%d", readers), func(t *testing.T) { testFollowAddedPartitions(t, readers) })
+		t.Run(fmt.Sprintf("readers%d", readers), func(t *testing.T) { testFollowAddedPartitions(t, readers) })
 	}
 }
 
