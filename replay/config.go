@@ -208,6 +208,10 @@ var TunedDefaults = map[string]string{
 	"client.id":                  "kmaterialize",
 }
 
+// fetchWaitProperty is how long a broker holds a fetch it has no records
+// for (TunedDefaults, followFetchWait).
+const fetchWaitProperty = "fetch.wait.max.ms"
+
 // followFetchWait is a follower's fetch.wait.max.ms unless Props set it:
 // each of its consumers idle at the live end asks for records once per
 // fetch.wait.max.ms, for as long as the table is followed (10 a second at

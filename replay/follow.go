@@ -340,32 +340,9 @@ type tail struct {
 // caller's CPU priority, which a daemon lowers: Config.Lower runs the
 // others at it too), until ctx ends (nil) or the first error.
 func (t *tail) run(ctx context.Context) error {
-	if len(t.fs) == 1 {
-		return t.fs[0].loop(ctx, t.deliver)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		first     error
-		firstOnce sync.Once
-		wg        sync.WaitGroup
-	)
-	one := func(f *follower) {
-		if err := f.loop(ctx, t.deliver); err != nil {
-			firstOnce.Do(func() { first = err })
-			cancel()
-		}
-	}
-	for _, f := range t.fs[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.c.lower(func() { one(f) })
-		}()
-	}
-	one(t.fs[0])
-	wg.Wait()
-	return first
+	return runEach(ctx, t.c.Config, len(t.fs), func(ctx context.Context, i int) error {
+		return t.fs[i].loop(ctx, t.deliver)
+	})
 }
 
 // deliver hands b to the sink, one reader at a time, with the positions of

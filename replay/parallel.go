@@ -52,10 +52,6 @@ func (c Config) shared() Config {
 // materialize's splits) and N readers divide.
 const PrefetchProperty = "queued.max.messages.kbytes"
 
-// fetchWaitProperty is how long a broker holds a fetch it has no records
-// for (TunedDefaults, followFetchWait).
-const fetchWaitProperty = "fetch.wait.max.ms"
-
 // deal divides plan's partitions round robin into n plans (n at least 1).
 func deal(plan Plan, n int) []Plan {
 	shares := make([]Plan, n)
@@ -67,6 +63,37 @@ func deal(plan Plan, n int) []Plan {
 		shares[i%n].Partitions = append(shares[i%n].Partitions, pb)
 	}
 	return shares
+}
+
+// runEach runs n readers' loops until all have returned, the first on the
+// caller's goroutine, at its CPU priority (a daemon lowers it), and the
+// others each on a goroutine of its own, which c.Lower puts at that
+// priority too. The first error ends the others (their ctx is cancelled)
+// and is returned, not their interruption by it.
+func runEach(ctx context.Context, c Config, n int, run func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		first     error
+		firstOnce sync.Once
+		wg        sync.WaitGroup
+	)
+	one := func(i int) {
+		if err := run(ctx, i); err != nil {
+			firstOnce.Do(func() { first = err })
+			cancel()
+		}
+	}
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.lower(func() { one(i) })
+		}()
+	}
+	one(0)
+	wg.Wait()
+	return first
 }
 
 // runReaders reads plan with c.Readers readers, the first on cl; the
@@ -99,11 +126,6 @@ func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, p
 	results := make([]Result, n)
 	refused := new(atomic.Bool) // the readers' groups are refused alike: one warning
 
-	var (
-		first     error // the first reader's error, not the others' interruption by it
-		firstOnce sync.Once
-		wg        sync.WaitGroup
-	)
 	readers := make([]*reader, n)
 	for i := range readers {
 		rc := c
@@ -113,25 +135,11 @@ func runReaders(ctx context.Context, c Config, cl *clients, owned *[]*clients, p
 		readers[i] = newReader(rc, clients[i], shares[i], one, started)
 		readers[i].pr.groupRefused = refused
 	}
-	runOne := func(i int) {
+	first := runEach(rctx, c, n, func(ctx context.Context, i int) error {
 		var err error
-		results[i], err = readers[i].run(rctx)
-		if err != nil {
-			firstOnce.Do(func() { first = err })
-			cancel()
-		}
-	}
-	// The first reader reads on the caller's goroutine, at its CPU
-	// priority (a daemon lowers it); Config.Lower runs the others at it.
-	for i := 1; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.lower(func() { runOne(i) })
-		}()
-	}
-	runOne(0)
-	wg.Wait()
+		results[i], err = readers[i].run(ctx)
+		return err
+	})
 
 	res := Result{Plan: plan}
 	for _, r := range results {
