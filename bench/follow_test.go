@@ -44,7 +44,7 @@ func followDaemonWith(b *testing.B, f *fixture, dir, db, table, tpc, extra strin
 	doc := fmt.Sprintf("db: %s\nkafka:\n  brokers: %s\ntables:\n  - name: %s\n    topic: %s\n    stall_timeout: 60s\n    follow: true\n    max_lag: 100000000\n",
 		db, f.addr, table, tpc)
 	// KMATERIALIZE_BENCH_FOLLOW_READERS sets the table's readers (default:
-	// the daemon's, materialize.DefaultReaders).
+	// the follower's, materialize.DefaultFollowReaders).
 	if n := envInt("KMATERIALIZE_BENCH_FOLLOW_READERS", 0); n > 0 {
 		doc += fmt.Sprintf("    readers: %d\n", n)
 	}

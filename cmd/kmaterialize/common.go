@@ -158,7 +158,12 @@ func lockTimeoutFlag() cli.Flag {
 // lockTimeout is --lock-timeout as store.Options wants it: 0 there means the
 // default, a negative value "do not wait".
 func lockTimeout(c *cli.Context) time.Duration {
-	if d := c.Duration("lock-timeout"); d > 0 {
+	return storeLockTimeout(c.Duration("lock-timeout"))
+}
+
+// storeLockTimeout is a --lock-timeout of d as store.Options wants it.
+func storeLockTimeout(d time.Duration) time.Duration {
+	if d > 0 {
 		return d
 	}
 	return -1

@@ -69,7 +69,7 @@ func pageCheckMain(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 // pageCheckArgs are the hidden command's flags.
 type pageCheckArgs struct {
 	db      string
-	timeout time.Duration // as lockTimeout reads the flag: -1 for none
+	timeout time.Duration // as store.Options wants it (storeLockTimeout)
 	full    bool
 }
 
@@ -87,9 +87,7 @@ func parsePageCheckArgs(args []string) (pa pageCheckArgs, ok bool) {
 	if fs.Parse(args[2:]) != nil || fs.NArg() > 0 || pa.db == "" {
 		return pageCheckArgs{}, false
 	}
-	if pa.timeout <= 0 {
-		pa.timeout = -1
-	}
+	pa.timeout = storeLockTimeout(pa.timeout)
 	return pa, true
 }
 
